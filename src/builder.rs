@@ -1,0 +1,527 @@
+//! [`LoaderBuilder`]: every setting of a loader, its default, and the validation and memory
+//! budget computed in [`LoaderBuilder::build`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::decode::{DecodeSettings, JpegDecoder, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES, SMALL_DECODE_BYTES};
+use crate::error::{Error, OnError};
+use crate::loader::Loader;
+use crate::source::Source;
+use crate::transform::{Dtype, Geometry, Layout, ResizeMode};
+
+/// Where batches are delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Device {
+    /// Host memory. The default.
+    #[default]
+    Host,
+    /// GPU `n`, through pinned host staging and asynchronous copies. Needs the `cuda` feature.
+    Cuda(usize),
+}
+
+/// What to do when the cache exists but does not match the loader, or a record fails its
+/// checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CachePolicy {
+    /// A corrupt record is an error naming the cache file and the record. The default.
+    #[default]
+    Fail,
+    /// A corrupt record makes the loader delete the cache; it is rebuilt by the next epoch.
+    Rebuild,
+}
+
+/// All settings of a loader. Defaults live in `Default`.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) batch_size: usize,
+    pub(crate) height: u32,
+    pub(crate) width: u32,
+    pub(crate) resize_mode: ResizeMode,
+    pub(crate) dtype: Dtype,
+    pub(crate) layout: Layout,
+    pub(crate) mean: [f32; 3],
+    pub(crate) std: [f32; 3],
+    pub(crate) shuffle: bool,
+    pub(crate) shuffle_buffer: usize,
+    pub(crate) seed: u64,
+    pub(crate) decode_threads: usize,
+    pub(crate) prefetch: usize,
+    pub(crate) drop_remainder: bool,
+    pub(crate) on_error: OnError,
+    pub(crate) max_pixels: u64,
+    pub(crate) apply_exif: bool,
+    pub(crate) check_extension: bool,
+    pub(crate) dct_scaling: bool,
+    pub(crate) jpeg_decoder: JpegDecoder,
+    pub(crate) host_memory_limit: Option<u64>,
+    pub(crate) cache: Option<PathBuf>,
+    pub(crate) cache_policy: CachePolicy,
+    pub(crate) device: Device,
+    pub(crate) fallback_to_host: bool,
+    pub(crate) panic_on_index: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            batch_size: 64,
+            height: 160,
+            width: 160,
+            resize_mode: ResizeMode::Stretch,
+            dtype: Dtype::F32,
+            layout: Layout::Nhwc,
+            mean: [0.0; 3],
+            std: [1.0; 3],
+            shuffle: true,
+            shuffle_buffer: 0,
+            seed: 0,
+            decode_threads: 0,
+            prefetch: 2,
+            drop_remainder: false,
+            on_error: OnError::Fail,
+            max_pixels: 100_000_000,
+            apply_exif: true,
+            check_extension: true,
+            dct_scaling: true,
+            jpeg_decoder: JpegDecoder::Auto,
+            host_memory_limit: None,
+            cache: None,
+            cache_policy: CachePolicy::Fail,
+            device: Device::Host,
+            fallback_to_host: false,
+            panic_on_index: None,
+        }
+    }
+}
+
+impl Config {
+    pub(crate) fn geometry(&self) -> Geometry {
+        Geometry {
+            width: self.width,
+            height: self.height,
+            mode: self.resize_mode,
+        }
+    }
+    pub(crate) fn decode_settings(&self) -> DecodeSettings {
+        DecodeSettings {
+            max_pixels: self.max_pixels,
+            apply_exif: self.apply_exif,
+            check_extension: self.check_extension,
+            dct_scaling: self.dct_scaling,
+            jpeg_decoder: self.jpeg_decoder,
+        }
+    }
+    pub(crate) fn threads(&self) -> usize {
+        if self.decode_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.decode_threads
+        }
+    }
+    /// Samples decoded ahead of the one the batcher waits for: lets threads pass a slow image
+    /// without breaking the deterministic order.
+    pub(crate) fn reorder_window(&self) -> usize {
+        (self.threads() * 8).max(16)
+    }
+    pub(crate) fn sample_len(&self) -> usize {
+        self.geometry().sample_len()
+    }
+    pub(crate) fn batch_elems(&self) -> usize {
+        self.batch_size * self.sample_len()
+    }
+}
+
+/// The host memory a loader may hold, computed from its settings before it runs. Every buffer
+/// the loader allocates is counted in one of these fields; the sum is an upper bound on the
+/// loader's heap (the process adds its own code, stack and allocator overhead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryBudget {
+    /// The source index (paths and labels) and the epoch's permutation.
+    pub index_bytes: u64,
+    /// `u8` samples in flight between decode and batcher (the reorder window).
+    pub in_flight_bytes: u64,
+    /// The shuffle buffer (`shuffle_buffer` × one `u8` sample).
+    pub shuffle_buffer_bytes: u64,
+    /// Per-thread decode buffers kept between images (file bytes, pixels, resize scratch).
+    pub decode_scratch_bytes: u64,
+    /// One large image (over the per-thread working set) at a time: `max_pixels` × 11 bytes
+    /// plus its file. Lower `max_pixels` to lower it.
+    pub large_image_bytes: u64,
+    /// Batches: the prefetch queue, the one being filled, one spare in the pool and the one the
+    /// consumer holds.
+    pub batch_bytes: u64,
+}
+
+impl MemoryBudget {
+    /// The sum of all parts.
+    pub fn total(&self) -> u64 {
+        self.index_bytes
+            + self.in_flight_bytes
+            + self.shuffle_buffer_bytes
+            + self.decode_scratch_bytes
+            + self.large_image_bytes
+            + self.batch_bytes
+    }
+
+    pub(crate) fn compute(cfg: &Config, source: &Source) -> MemoryBudget {
+        let sample = cfg.sample_len() as u64;
+        let threads = cfg.threads() as u64;
+        let n = source.len() as u64;
+        let batch = (cfg.batch_elems() * cfg.dtype.size()) as u64
+            + cfg.batch_size as u64 * (4 + 8);
+        MemoryBudget {
+            index_bytes: source.heap_bytes() + n * 4,
+            in_flight_bytes: cfg.reorder_window() as u64 * sample,
+            shuffle_buffer_bytes: cfg.shuffle_buffer as u64 * sample,
+            decode_scratch_bytes: threads * (RETAIN_BYTES + SMALL_DECODE_BYTES + sample),
+            large_image_bytes: cfg.max_pixels * LARGE_BYTES_PER_PIXEL
+                + cfg.decode_settings().max_file_bytes(),
+            batch_bytes: (cfg.prefetch as u64 + 3) * batch,
+        }
+    }
+}
+
+impl fmt::Display for MemoryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mb = |b: u64| b as f64 / 1e6;
+        write!(
+            f,
+            "{:.1} MB = batches {:.1} + shuffle buffer {:.1} + in-flight samples {:.1} + decode scratch {:.1} + one large image {:.1} + index {:.1}",
+            mb(self.total()),
+            mb(self.batch_bytes),
+            mb(self.shuffle_buffer_bytes),
+            mb(self.in_flight_bytes),
+            mb(self.decode_scratch_bytes),
+            mb(self.large_image_bytes),
+            mb(self.index_bytes)
+        )
+    }
+}
+
+/// Builds a [`Loader`]. Every setting has a documented default; [`build`](Self::build)
+/// validates them all and starts no thread.
+///
+/// ```
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// use imagefeed::{Dtype, Layout, Loader, Source};
+/// let loader = Loader::builder(Source::from_dir("testdata/classes")?)
+///     .batch_size(4)
+///     .image_size(96)
+///     .dtype(Dtype::F16)
+///     .layout(Layout::Nchw)
+///     .seed(7)
+///     .build()?;
+/// println!("memory budget: {}", loader.memory_budget());
+/// # Ok(()) }
+/// ```
+#[must_use]
+#[derive(Debug, Clone)]
+pub struct LoaderBuilder {
+    source: Source,
+    cfg: Config,
+}
+
+impl LoaderBuilder {
+    pub(crate) fn new(source: Source) -> Self {
+        LoaderBuilder {
+            source,
+            cfg: Config::default(),
+        }
+    }
+
+    /// Images per batch (default 64). Memory: each batch is `batch_size` × height × width × 3
+    /// × the dtype's size (64 × 160 × 160 × 3 × 4 B = 19.7 MB for f32).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.cfg.batch_size = n;
+        self
+    }
+
+    /// A square output size in pixels (default 160).
+    pub fn image_size(mut self, size_px: u32) -> Self {
+        self.cfg.height = size_px;
+        self.cfg.width = size_px;
+        self
+    }
+
+    /// The output height and width in pixels (default 160 × 160).
+    pub fn image_size_hw(mut self, height_px: u32, width_px: u32) -> Self {
+        self.cfg.height = height_px;
+        self.cfg.width = width_px;
+        self
+    }
+
+    /// How images are fitted to the output size (default [`ResizeMode::Stretch`]).
+    pub fn resize_mode(mut self, mode: ResizeMode) -> Self {
+        self.cfg.resize_mode = mode;
+        self
+    }
+
+    /// The element type of batch images (default [`Dtype::F32`]). `F16`/`Bf16` halve batch
+    /// memory, `U8` quarters it.
+    pub fn dtype(mut self, dtype: Dtype) -> Self {
+        self.cfg.dtype = dtype;
+        self
+    }
+
+    /// The batch layout (default [`Layout::Nhwc`]).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.cfg.layout = layout;
+        self
+    }
+
+    /// Per-channel (R, G, B) normalization applied after scaling to 0..1:
+    /// `(x / 255 - mean) / std` (default mean 0, std 1, i.e. `x / 255`). Ignored for
+    /// [`Dtype::U8`]. ImageNet's are `[0.485, 0.456, 0.406]` and `[0.229, 0.224, 0.225]`.
+    pub fn normalize(mut self, mean: [f32; 3], std: [f32; 3]) -> Self {
+        self.cfg.mean = mean;
+        self.cfg.std = std;
+        self
+    }
+
+    /// Visit samples in a new seeded permutation every epoch (default `true`; a perfect
+    /// shuffle costing 4 bytes a sample). `false` keeps the source's order.
+    pub fn shuffle(mut self, on: bool) -> Self {
+        self.cfg.shuffle = on;
+        self
+    }
+
+    /// A tf.data-style bounded shuffle buffer after decoding (default 0, off: the permutation
+    /// already is a perfect shuffle). Memory: `n` × one `u8` sample (76.8 kB at 160 × 160).
+    pub fn shuffle_buffer(mut self, n: usize) -> Self {
+        self.cfg.shuffle_buffer = n;
+        self
+    }
+
+    /// The seed of every random choice (default 0). Same seed and source: bit-identical
+    /// batches, whatever the number of threads.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.cfg.seed = seed;
+        self
+    }
+
+    /// Decode threads the loader owns (default 0: one per core). Memory: about 40 MB of
+    /// reusable buffers each, at most.
+    pub fn decode_threads(mut self, n: usize) -> Self {
+        self.cfg.decode_threads = n;
+        self
+    }
+
+    /// Ready batches queued ahead of the consumer (default 2, at least 1). Memory: one batch
+    /// each.
+    pub fn prefetch(mut self, batches: usize) -> Self {
+        self.cfg.prefetch = batches;
+        self
+    }
+
+    /// Drop the last batch of an epoch if it is smaller than `batch_size` (default `false`).
+    pub fn drop_remainder(mut self, on: bool) -> Self {
+        self.cfg.drop_remainder = on;
+        self
+    }
+
+    /// What to do with a sample that cannot be loaded (default [`OnError::Fail`]).
+    pub fn on_error(mut self, policy: OnError) -> Self {
+        self.cfg.on_error = policy;
+        self
+    }
+
+    /// Images with more pixels are refused from their header, before any pixel buffer exists
+    /// (default 100,000,000). Memory: one such image at a time, about 11 bytes a pixel.
+    pub fn max_pixels(mut self, pixels: u64) -> Self {
+        self.cfg.max_pixels = pixels;
+        self
+    }
+
+    /// Apply the EXIF orientation tag (default `true`).
+    pub fn apply_exif_orientation(mut self, on: bool) -> Self {
+        self.cfg.apply_exif = on;
+        self
+    }
+
+    /// Require `.jpg`/`.jpeg` files to hold JPEG data and `.png` files PNG data (default
+    /// `true`). `false` decodes whatever a supported file holds.
+    pub fn check_extension(mut self, on: bool) -> Self {
+        self.cfg.check_extension = on;
+        self
+    }
+
+    /// Decode JPEGs at the largest DCT scale (1/2, 1/4, 1/8) that still covers the output
+    /// size on both axes (default `true`; needs the `turbojpeg` feature).
+    pub fn dct_scaling(mut self, on: bool) -> Self {
+        self.cfg.dct_scaling = on;
+        self
+    }
+
+    /// Which JPEG decoder to use (default [`JpegDecoder::Auto`]).
+    pub fn jpeg_decoder(mut self, decoder: JpegDecoder) -> Self {
+        self.cfg.jpeg_decoder = decoder;
+        self
+    }
+
+    /// Make [`build`](Self::build) fail if the [`MemoryBudget`] exceeds `bytes` (default: no
+    /// limit).
+    pub fn host_memory_limit(mut self, bytes: u64) -> Self {
+        self.cfg.host_memory_limit = Some(bytes);
+        self
+    }
+
+    /// Cache decoded, resized `u8` samples in this file (default: no cache). The first epoch
+    /// writes it; later epochs and runs read it through the page cache instead of decoding.
+    pub fn cache(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cfg.cache = Some(path.into());
+        self
+    }
+
+    /// What to do with a corrupt cache record (default [`CachePolicy::Fail`]).
+    pub fn cache_policy(mut self, policy: CachePolicy) -> Self {
+        self.cfg.cache_policy = policy;
+        self
+    }
+
+    /// Where batches are delivered (default [`Device::Host`]).
+    pub fn device(mut self, device: Device) -> Self {
+        self.cfg.device = device;
+        self
+    }
+
+    /// With a [`Device::Cuda`] that cannot be used, log one warning and deliver host batches
+    /// instead of failing in `build` (default `false`).
+    pub fn fallback_to_host(mut self, on: bool) -> Self {
+        self.cfg.fallback_to_host = on;
+        self
+    }
+
+    /// Testing aid: make the decode thread panic on the sample with this dataset index.
+    #[doc(hidden)]
+    pub fn inject_panic_at_index(mut self, index: u64) -> Self {
+        self.cfg.panic_on_index = Some(index);
+        self
+    }
+
+    /// The memory budget of the current settings.
+    pub fn memory_budget(&self) -> MemoryBudget {
+        MemoryBudget::compute(&self.cfg, &self.source)
+    }
+
+    /// Validates the settings and builds the loader. Starts no thread.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming the setting, for a
+    /// zero batch size or image size, a zero or non-finite `std`, a zero `prefetch` or
+    /// `max_pixels`, or a memory budget over [`host_memory_limit`](Self::host_memory_limit);
+    /// [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled) or
+    /// [`ErrorKind::Device`](crate::ErrorKind::Device) for a device that cannot be used.
+    pub fn build(self) -> Result<Loader, Error> {
+        let cfg = &self.cfg;
+        if cfg.batch_size == 0 {
+            return Err(Error::config("batch_size", "must be at least 1"));
+        }
+        if cfg.height == 0 || cfg.width == 0 || cfg.height > 8192 || cfg.width > 8192 {
+            return Err(Error::config("image_size", "each side must be 1..=8192 pixels"));
+        }
+        if cfg.std.iter().any(|s| !s.is_finite() || *s == 0.0) || cfg.mean.iter().any(|m| !m.is_finite()) {
+            return Err(Error::config("normalize", "mean must be finite and std finite and non-zero"));
+        }
+        if cfg.prefetch == 0 {
+            return Err(Error::config("prefetch", "must be at least 1"));
+        }
+        if cfg.max_pixels == 0 {
+            return Err(Error::config("max_pixels", "must be at least 1"));
+        }
+        if cfg.batch_elems().checked_mul(cfg.dtype.size()).is_none_or(|b| b > (1 << 40)) {
+            return Err(Error::config("batch_size", "a batch would exceed 1 TiB"));
+        }
+        if cfg.jpeg_decoder == JpegDecoder::TurboJpeg && !cfg!(feature = "turbojpeg") {
+            return Err(Error::feature_disabled("turbojpeg"));
+        }
+        let budget = MemoryBudget::compute(cfg, &self.source);
+        if let Some(limit) = cfg.host_memory_limit {
+            if budget.total() > limit {
+                return Err(Error::config(
+                    "host_memory_limit",
+                    format!(
+                        "the settings need up to {:.1} MB but the limit is {:.1} MB; {}. Budget: {budget}",
+                        budget.total() as f64 / 1e6,
+                        limit as f64 / 1e6,
+                        what_to_lower(&budget)
+                    ),
+                ));
+            }
+        }
+        let staging = crate::prefetch::Staging::open(cfg)?;
+        Ok(Loader::new(Arc::new(self.source), Arc::new(self.cfg), budget, staging))
+    }
+}
+
+fn what_to_lower(b: &MemoryBudget) -> &'static str {
+    let parts = [
+        (b.large_image_bytes, "lower max_pixels (one large image is decoded at a time)"),
+        (b.batch_bytes, "lower batch_size or prefetch, or use a smaller dtype (f16, bf16, u8)"),
+        (b.shuffle_buffer_bytes, "lower shuffle_buffer"),
+        (b.decode_scratch_bytes, "lower decode_threads"),
+        (b.in_flight_bytes, "lower decode_threads"),
+        (b.index_bytes, "split the dataset into shards"),
+    ];
+    parts
+        .iter()
+        .max_by_key(|(bytes, _)| *bytes)
+        .map_or("lower batch_size", |(_, what)| what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> Source {
+        Source::from_entries([("a.jpg", 0u32), ("b.jpg", 1)]).unwrap()
+    }
+
+    #[test]
+    fn defaults_match_the_docs() {
+        let c = Config::default();
+        assert_eq!((c.batch_size, c.height, c.width, c.prefetch), (64, 160, 160, 2));
+        assert_eq!(c.max_pixels, 100_000_000);
+        assert_eq!(c.on_error, OnError::Fail);
+    }
+
+    #[test]
+    fn invalid_settings_name_the_setting() {
+        let e = LoaderBuilder::new(source()).batch_size(0).build().unwrap_err();
+        assert!(e.to_string().contains("batch_size"), "{e}");
+        let e = LoaderBuilder::new(source()).image_size(0).build().unwrap_err();
+        assert!(e.to_string().contains("image_size"), "{e}");
+        let e = LoaderBuilder::new(source()).normalize([0.0; 3], [0.0, 1.0, 1.0]).build().unwrap_err();
+        assert!(e.to_string().contains("normalize"), "{e}");
+        let e = LoaderBuilder::new(source()).prefetch(0).build().unwrap_err();
+        assert!(e.to_string().contains("prefetch"), "{e}");
+    }
+
+    #[test]
+    fn memory_limit_names_what_to_lower() {
+        let e = LoaderBuilder::new(source()).host_memory_limit(10_000_000).build().unwrap_err();
+        assert!(e.to_string().contains("max_pixels"), "{e}");
+        let b = LoaderBuilder::new(source()).max_pixels(1_000_000).batch_size(512).memory_budget();
+        let e = LoaderBuilder::new(source())
+            .max_pixels(1_000_000)
+            .batch_size(512)
+            .host_memory_limit(b.total() - 1)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("batch_size"), "{e}");
+        assert!(LoaderBuilder::new(source()).max_pixels(1_000_000).batch_size(512).host_memory_limit(b.total()).build().is_ok());
+    }
+
+    #[test]
+    fn budget_grows_with_the_settings_that_cost_memory() {
+        let base = LoaderBuilder::new(source()).memory_budget();
+        let more = LoaderBuilder::new(source()).shuffle_buffer(1000).memory_budget();
+        assert_eq!(more.shuffle_buffer_bytes - base.shuffle_buffer_bytes, 1000 * 76_800);
+        let half = LoaderBuilder::new(source()).dtype(Dtype::F16).memory_budget();
+        assert!(half.batch_bytes < base.batch_bytes * 6 / 10);
+    }
+}

@@ -1,0 +1,290 @@
+//! Reading what an image is before decoding it: the container format from its magic bytes,
+//! and for JPEG the frame size, components, Adobe colour transform and EXIF orientation, all
+//! from the markers before the first scan. Nothing here allocates in proportion to the image.
+
+/// The container format, from the file's first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    Jpeg,
+    Png,
+    Gif,
+    WebP,
+    Bmp,
+    Tiff,
+    Avif,
+    Text,
+    Unknown,
+}
+
+impl Format {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Format::Jpeg => "JPEG",
+            Format::Png => "PNG",
+            Format::Gif => "GIF",
+            Format::WebP => "WebP",
+            Format::Bmp => "BMP",
+            Format::Tiff => "TIFF",
+            Format::Avif => "AVIF/HEIF",
+            Format::Text => "text (an HTML page or error message?)",
+            Format::Unknown => "unknown binary data",
+        }
+    }
+}
+
+pub(crate) fn sniff(b: &[u8]) -> Format {
+    if b.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Format::Jpeg
+    } else if b.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Format::Png
+    } else if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
+        Format::Gif
+    } else if b.len() >= 12 && &b[0..4] == b"RIFF" && &b[8..12] == b"WEBP" {
+        Format::WebP
+    } else if b.starts_with(b"BM") {
+        Format::Bmp
+    } else if b.starts_with(b"II*\0") || b.starts_with(b"MM\0*") {
+        Format::Tiff
+    } else if b.len() >= 12 && &b[4..8] == b"ftyp" {
+        Format::Avif
+    } else if looks_like_text(b) {
+        Format::Text
+    } else {
+        Format::Unknown
+    }
+}
+
+fn looks_like_text(b: &[u8]) -> bool {
+    let head = &b[..b.len().min(512)];
+    if head.is_empty()
+        || head
+            .iter()
+            .any(|&c| (c < 0x20 && !matches!(c, b'\t' | b'\n' | b'\r')) || c == 0x7F)
+    {
+        return false;
+    }
+    // A prefix of UTF-8 text may end in the middle of a character.
+    match std::str::from_utf8(head) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none(),
+    }
+}
+
+/// What the markers before the first scan say about a JPEG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JpegInfo {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    pub(crate) components: u8,
+    pub(crate) progressive: bool,
+    pub(crate) arithmetic: bool,
+    pub(crate) lossless: bool,
+    /// The Adobe APP14 transform flag (0: none/CMYK, 1: YCbCr, 2: YCCK), if the marker exists.
+    pub(crate) adobe_transform: Option<u8>,
+    /// EXIF orientation 1..=8 (1 when absent or invalid).
+    pub(crate) orientation: u8,
+}
+
+/// Parses the JPEG markers up to the first SOS.
+pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
+    if !b.starts_with(&[0xFF, 0xD8]) {
+        return Err("not a JPEG (no SOI marker)".into());
+    }
+    let mut pos = 2usize;
+    let mut info: Option<JpegInfo> = None;
+    let mut adobe = None;
+    let mut orientation = 1u8;
+    loop {
+        // Find the next marker: 0xFF, possibly repeated (fill bytes), then a code.
+        while pos < b.len() && b[pos] != 0xFF {
+            pos += 1; // tolerate garbage between segments, as libjpeg does (with a warning)
+        }
+        while pos < b.len() && b[pos] == 0xFF {
+            pos += 1;
+        }
+        let Some(&code) = b.get(pos) else {
+            return Err("truncated before the first scan (no SOS marker)".into());
+        };
+        pos += 1;
+        match code {
+            0xD8 | 0x01 | 0xD0..=0xD7 => continue, // standalone markers
+            0xD9 => return Err("end of image before any scan".into()),
+            _ => {}
+        }
+        let len = match b.get(pos..pos + 2) {
+            Some(l) => usize::from(u16::from_be_bytes([l[0], l[1]])),
+            None => return Err("truncated in a marker segment".into()),
+        };
+        if len < 2 {
+            return Err(format!("marker 0x{code:02X} has an invalid length {len}"));
+        }
+        let Some(seg) = b.get(pos + 2..pos + len) else {
+            return Err(format!("truncated in marker 0x{code:02X}"));
+        };
+        match code {
+            0xC0..=0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => {
+                if seg.len() < 6 {
+                    return Err("SOF marker too short".into());
+                }
+                let height = u32::from(u16::from_be_bytes([seg[1], seg[2]]));
+                let width = u32::from(u16::from_be_bytes([seg[3], seg[4]]));
+                let components = seg[5];
+                if width == 0 || height == 0 {
+                    return Err(format!(
+                        "frame size {width}x{height}: a zero size (or a DNL marker) is not supported"
+                    ));
+                }
+                if !matches!(components, 1 | 3 | 4) {
+                    return Err(format!("{components} colour components are not supported"));
+                }
+                if info.is_some() {
+                    return Err("more than one frame header (SOF)".into());
+                }
+                info = Some(JpegInfo {
+                    width,
+                    height,
+                    components,
+                    progressive: matches!(code, 0xC2 | 0xC6 | 0xCA | 0xCE),
+                    arithmetic: code >= 0xC9,
+                    lossless: matches!(code, 0xC3 | 0xC7 | 0xCB | 0xCF),
+                    adobe_transform: None,
+                    orientation: 1,
+                });
+            }
+            0xDA => {
+                let mut i = info.ok_or_else(|| String::from("scan before the frame header (SOF)"))?;
+                i.adobe_transform = adobe;
+                i.orientation = orientation;
+                return Ok(i);
+            }
+            0xE1 if seg.starts_with(b"Exif\0\0") => {
+                orientation = exif_orientation(&seg[6..]).unwrap_or(1);
+            }
+            0xEE if seg.starts_with(b"Adobe") && seg.len() >= 12 => {
+                adobe = Some(seg[11]);
+            }
+            _ => {}
+        }
+        pos += len;
+    }
+}
+
+/// The orientation tag (0x0112) of IFD0 in a TIFF-structured EXIF block, if valid.
+pub(crate) fn exif_orientation(tiff: &[u8]) -> Option<u8> {
+    let big = match tiff.get(0..4)? {
+        b"MM\0*" => true,
+        b"II*\0" => false,
+        _ => return None,
+    };
+    let u16_at = |p: usize| -> Option<u16> {
+        let s = tiff.get(p..p.checked_add(2)?)?;
+        Some(if big {
+            u16::from_be_bytes([s[0], s[1]])
+        } else {
+            u16::from_le_bytes([s[0], s[1]])
+        })
+    };
+    let u32_at = |p: usize| -> Option<u32> {
+        let s = tiff.get(p..p.checked_add(4)?)?;
+        let a = [s[0], s[1], s[2], s[3]];
+        Some(if big {
+            u32::from_be_bytes(a)
+        } else {
+            u32::from_le_bytes(a)
+        })
+    };
+    let ifd = u32_at(4)? as usize;
+    let count = usize::from(u16_at(ifd)?);
+    for k in 0..count.min(1000) {
+        let e = ifd.checked_add(2 + 12 * k)?;
+        if u16_at(e)? == 0x0112 {
+            // Type SHORT (3), count 1: the value sits in the first two bytes of the field.
+            if u16_at(e + 2)? != 3 {
+                return None;
+            }
+            let v = u16_at(e + 8)?;
+            return (1..=8).contains(&v).then_some(v as u8);
+        }
+    }
+    None
+}
+
+/// The EXIF orientation of a PNG's `eXIf` chunk, if any.
+pub(crate) fn png_exif_orientation(b: &[u8]) -> Option<u8> {
+    let mut pos = 8usize;
+    while pos + 8 <= b.len() {
+        let len = u32::from_be_bytes(b[pos..pos + 4].try_into().ok()?) as usize;
+        let kind = &b[pos + 4..pos + 8];
+        let data = b.get(pos + 8..pos.checked_add(8)?.checked_add(len)?)?;
+        match kind {
+            b"eXIf" => return exif_orientation(data),
+            b"IDAT" | b"IEND" => return None, // eXIf must precede IDAT
+            _ => {}
+        }
+        pos = pos.checked_add(12)?.checked_add(len)?;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sof(w: u16, h: u16, comps: u8, code: u8) -> Vec<u8> {
+        let mut v = vec![0xFF, 0xD8];
+        v.extend_from_slice(&[0xFF, code, 0, 8 + 3 * comps as u8, 8]);
+        v.extend_from_slice(&h.to_be_bytes());
+        v.extend_from_slice(&w.to_be_bytes());
+        v.push(comps);
+        for c in 0..comps {
+            v.extend_from_slice(&[c + 1, 0x11, 0]);
+        }
+        v.extend_from_slice(&[0xFF, 0xDA, 0, 2]);
+        v
+    }
+
+    #[test]
+    fn reads_size_from_sof() {
+        let i = jpeg_info(&sof(640, 480, 3, 0xC0)).unwrap();
+        assert_eq!((i.width, i.height, i.components, i.progressive), (640, 480, 3, false));
+        let i = jpeg_info(&sof(65000, 65000, 3, 0xC2)).unwrap();
+        assert_eq!((i.width, i.height, i.progressive), (65000, 65000, true));
+    }
+
+    #[test]
+    fn every_prefix_is_an_error_or_ok_never_a_panic() {
+        let full = sof(10, 10, 3, 0xC0);
+        for n in 0..full.len() {
+            let _ = jpeg_info(&full[..n]);
+            let _ = sniff(&full[..n]);
+        }
+        assert!(jpeg_info(&full[..full.len() - 4]).is_err());
+    }
+
+    #[test]
+    fn exif_orientation_both_byte_orders() {
+        // II, IFD at 8, one entry: 0x0112 SHORT 1 value 6.
+        let le = [
+            b'I', b'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(exif_orientation(&le), Some(6));
+        let be = [
+            b'M', b'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(exif_orientation(&be), Some(3));
+        assert_eq!(exif_orientation(&le[..15]), None);
+        let mut bad = le;
+        bad[18] = 9;
+        assert_eq!(exif_orientation(&bad), None);
+    }
+
+    #[test]
+    fn sniffs_formats() {
+        assert_eq!(sniff(b"\x89PNG\r\n\x1a\nxxxx"), Format::Png);
+        assert_eq!(sniff(b"GIF89a...."), Format::Gif);
+        assert_eq!(sniff(b"RIFF\0\0\0\0WEBPVP8 "), Format::WebP);
+        assert_eq!(sniff(b"<!DOCTYPE html><html>404</html>"), Format::Text);
+        assert_eq!(sniff(&[0xFF, 0xD8, 0xFF, 0xE0]), Format::Jpeg);
+        assert_eq!(sniff(&[0x00, 0x01, 0x02, 0xF0, 0x00]), Format::Unknown);
+    }
+}

@@ -1,0 +1,555 @@
+//! The decode stage: file bytes to an RGB8 image, then resized and oriented into a `u8`
+//! sample.
+//!
+//! - The format comes from the file's magic bytes; a `.jpg`/`.jpeg` file must hold JPEG data
+//!   and a `.png` file PNG data (a PNG or HTML page saved as `.jpg` is a broken file, not an
+//!   image), unless [`check_extension(false)`](crate::LoaderBuilder::check_extension).
+//! - The JPEG header is read first: an image over `max_pixels` is refused before any pixel
+//!   buffer exists (decompression-bomb guard).
+//! - JPEGs decode with libjpeg-turbo (feature `turbojpeg`, on by default) at the largest DCT
+//!   scale (1/2, 1/4, 1/8) whose output still covers the target size on **both** axes, or with
+//!   the pure-Rust zune-jpeg in strict mode. A truncated or corrupt JPEG is an error, never an
+//!   image padded with grey rows.
+//! - EXIF orientation is applied after the resize (it commutes with a stretch or a centre crop
+//!   when the target axes are swapped), so transposing costs 160×160 pixels, not the full frame.
+//!
+//! Memory: a worker keeps its buffers between images up to [`RETAIN_BYTES`]; a decode whose
+//! estimated working set is larger first takes the loader-wide [`LargeGate`], so at most one
+//! large image is in memory at a time, however many threads there are.
+
+pub(crate) mod header;
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::{Condvar, Mutex};
+
+use crate::error::{DecodeFailure, Error};
+use crate::transform::{Geometry, Resizer};
+use header::{Format, JpegInfo};
+
+/// Buffers a worker keeps between images (file bytes, decoded pixels): larger ones are freed
+/// after use.
+pub(crate) const RETAIN_BYTES: u64 = 16 << 20;
+/// A decode estimated to need more than this takes the [`LargeGate`] first.
+pub(crate) const SMALL_DECODE_BYTES: u64 = 32 << 20;
+/// Worst-case working set per source pixel of one large decode: a progressive 4:4:4 JPEG's
+/// coefficient buffer (6 B) plus RGB output (3 B), or a 16-bit RGBA PNG (8 B) plus RGB (3 B).
+pub(crate) const LARGE_BYTES_PER_PIXEL: u64 = 11;
+/// libjpeg-turbo's guard against progressive files with absurd scan counts (real files have ~10).
+const JPEG_SCAN_LIMIT: u32 = 500;
+
+/// Which JPEG decoder to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum JpegDecoder {
+    /// libjpeg-turbo when the `turbojpeg` feature is on (the default), else zune-jpeg.
+    #[default]
+    Auto,
+    /// libjpeg-turbo (SIMD, DCT-scaled decoding). Needs the `turbojpeg` feature.
+    TurboJpeg,
+    /// zune-jpeg, pure Rust, strict mode, no scaled decoding.
+    Zune,
+}
+
+/// Decode settings, from the builder.
+#[derive(Debug, Clone)]
+pub(crate) struct DecodeSettings {
+    pub(crate) max_pixels: u64,
+    pub(crate) apply_exif: bool,
+    pub(crate) check_extension: bool,
+    pub(crate) dct_scaling: bool,
+    pub(crate) jpeg_decoder: JpegDecoder,
+}
+
+impl DecodeSettings {
+    /// Most bytes a file may have: it cannot usefully exceed an uncompressed frame.
+    pub(crate) fn max_file_bytes(&self) -> u64 {
+        self.max_pixels.saturating_mul(4).saturating_add(16 << 20)
+    }
+}
+
+/// Lets one large decode run at a time across all workers of a loader.
+#[derive(Debug, Default)]
+pub(crate) struct LargeGate {
+    busy: Mutex<bool>,
+    freed: Condvar,
+}
+
+pub(crate) struct GateGuard<'a>(&'a LargeGate);
+
+impl LargeGate {
+    pub(crate) fn enter(&self) -> GateGuard<'_> {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        while *busy {
+            busy = self.freed.wait(busy).unwrap_or_else(|e| e.into_inner());
+        }
+        *busy = true;
+        GateGuard(self)
+    }
+}
+
+impl Drop for GateGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.busy.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.0.freed.notify_one();
+    }
+}
+
+/// A decoded image before resizing, borrowed from the decoder's buffer.
+#[derive(Debug)]
+pub(crate) struct Decoded<'a> {
+    pub(crate) rgb: &'a [u8],
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    /// EXIF orientation still to apply (1 = none).
+    pub(crate) orientation: u8,
+    /// DCT scale denominator used (1 = full size).
+    pub(crate) scale: u32,
+}
+
+/// Per-worker decoder: reusable buffers and decoder handles. Not shared between threads.
+pub(crate) struct Decoder {
+    settings: DecodeSettings,
+    file: Vec<u8>,
+    rgb: Vec<u8>,
+    aux: Vec<u8>,
+    resizer: Resizer,
+    #[cfg(feature = "turbojpeg")]
+    tj: Option<turbojpeg::Decompressor>,
+}
+
+fn fail(path: &Path, msg: impl Into<String>) -> Error {
+    Error::decode(path, DecodeFailure(msg.into()))
+}
+
+impl Decoder {
+    pub(crate) fn new(settings: DecodeSettings) -> Self {
+        Decoder {
+            settings,
+            file: Vec::new(),
+            rgb: Vec::new(),
+            aux: Vec::new(),
+            resizer: Resizer::new(),
+            #[cfg(feature = "turbojpeg")]
+            tj: None,
+        }
+    }
+
+    /// Reads, decodes, resizes and orients the image at `path` into `out`
+    /// (`geom.out_len()` bytes, RGB8 HWC).
+    pub(crate) fn load_file(
+        &mut self,
+        path: &Path,
+        geom: &Geometry,
+        gate: &LargeGate,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if meta.is_dir() {
+            return Err(Error::io(
+                path,
+                std::io::Error::other("is a directory, not an image file"),
+            ));
+        }
+        let limit = self.settings.max_file_bytes();
+        if meta.len() > limit {
+            return Err(fail(
+                path,
+                format!(
+                    "file is {} bytes, over the {limit}-byte limit implied by max_pixels",
+                    meta.len()
+                ),
+            ));
+        }
+        let guard = (meta.len() > RETAIN_BYTES).then(|| gate.enter());
+        self.file.clear();
+        // `take` bounds the read even if the file grows after the metadata call.
+        let read = (&mut file)
+            .take(limit + 1)
+            .read_to_end(&mut self.file)
+            .map_err(|e| Error::io(path, e));
+        let mut file_bytes = std::mem::take(&mut self.file);
+        let result = read.and_then(|_| {
+            if file_bytes.len() as u64 > limit {
+                return Err(fail(path, "file grew past the size limit while being read"));
+            }
+            self.decode_resize(&file_bytes, path, geom, guard.is_some(), gate, out)
+        });
+        if file_bytes.capacity() as u64 > RETAIN_BYTES {
+            file_bytes = Vec::new();
+        }
+        self.file = file_bytes;
+        drop(guard);
+        result
+    }
+
+    /// Decodes, resizes and orients in-memory image bytes into `out`. `path` names the sample
+    /// in errors.
+    pub(crate) fn decode_resize(
+        &mut self,
+        bytes: &[u8],
+        path: &Path,
+        geom: &Geometry,
+        gate_held: bool,
+        gate: &LargeGate,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        let result = {
+            let mut resizer = std::mem::take(&mut self.resizer);
+            let r = self
+                .decode(bytes, path, geom, gate_held, gate)
+                .and_then(|d| resizer.resize_orient(&d, geom, out).map_err(|m| fail(path, m)));
+            self.resizer = resizer;
+            r
+        };
+        for buf in [&mut self.rgb, &mut self.aux] {
+            if buf.capacity() as u64 > RETAIN_BYTES {
+                *buf = Vec::new();
+            }
+        }
+        result
+    }
+
+    /// Decodes image bytes to RGB8 at the scale that still covers `geom`'s target.
+    pub(crate) fn decode<'a>(
+        &'a mut self,
+        bytes: &[u8],
+        path: &Path,
+        geom: &Geometry,
+        gate_held: bool,
+        gate: &LargeGate,
+    ) -> Result<Decoded<'a>, Error> {
+        if bytes.is_empty() {
+            return Err(fail(path, "empty file (0 bytes)"));
+        }
+        let format = header::sniff(bytes);
+        if self.settings.check_extension {
+            check_extension(path, format)?;
+        }
+        match format {
+            Format::Jpeg => self.decode_jpeg(bytes, path, geom, gate_held, gate),
+            Format::Png => self.decode_png(bytes, path, gate_held, gate),
+            other => Err(fail(
+                path,
+                format!(
+                    "{} is not a supported image format (imagefeed reads JPEG and PNG)",
+                    other.name()
+                ),
+            )),
+        }
+    }
+
+    fn check_pixels(&self, path: &Path, w: u32, h: u32) -> Result<(), Error> {
+        let px = u64::from(w) * u64::from(h);
+        if px > self.settings.max_pixels {
+            return Err(fail(
+                path,
+                format!(
+                    "image is {w}x{h} ({:.1} megapixels), over max_pixels ({:.1} megapixels); refused before decoding",
+                    px as f64 / 1e6,
+                    self.settings.max_pixels as f64 / 1e6
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn decode_jpeg<'a>(
+        &'a mut self,
+        bytes: &[u8],
+        path: &Path,
+        geom: &Geometry,
+        gate_held: bool,
+        gate: &LargeGate,
+    ) -> Result<Decoded<'a>, Error> {
+        let info = header::jpeg_info(bytes).map_err(|m| fail(path, format!("invalid JPEG: {m}")))?;
+        self.check_pixels(path, info.width, info.height)?;
+        let orientation = if self.settings.apply_exif {
+            info.orientation
+        } else {
+            1
+        };
+        let use_turbo = match self.settings.jpeg_decoder {
+            JpegDecoder::Zune => false,
+            JpegDecoder::Auto | JpegDecoder::TurboJpeg => cfg!(feature = "turbojpeg"),
+        };
+        let scale = if use_turbo && self.settings.dct_scaling && !info.lossless {
+            geom.dct_denominator(info.width, info.height, orientation)
+        } else {
+            1
+        };
+        let estimate = jpeg_working_set(&info, scale, use_turbo);
+        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter());
+        let (width, height) = if use_turbo {
+            self.decode_turbo(bytes, path, &info, scale)?
+        } else {
+            self.decode_zune(bytes, path, &info)?
+        };
+        Ok(Decoded {
+            rgb: &self.rgb[..width as usize * height as usize * 3],
+            width,
+            height,
+            orientation,
+            scale,
+        })
+    }
+
+    #[cfg(feature = "turbojpeg")]
+    fn decode_turbo(
+        &mut self,
+        bytes: &[u8],
+        path: &Path,
+        info: &JpegInfo,
+        scale: u32,
+    ) -> Result<(u32, u32), Error> {
+        use turbojpeg::{Image, PixelFormat, ScalingFactor};
+        let tj_err = |e: turbojpeg::Error| fail(path, format!("libjpeg-turbo: {e}"));
+        if self.tj.is_none() {
+            let mut d = turbojpeg::Decompressor::new().map_err(tj_err)?;
+            d.set_scan_limit(JPEG_SCAN_LIMIT).map_err(tj_err)?;
+            self.tj = Some(d);
+        }
+        let tj = self.tj.as_mut().expect("set just above");
+        let factor = ScalingFactor::new(1, scale as usize);
+        tj.set_scaling_factor(factor).map_err(tj_err)?;
+        let w = factor.scale(info.width as usize);
+        let h = factor.scale(info.height as usize);
+        let cmyk = info.components == 4;
+        let (format, bpp) = if cmyk {
+            (PixelFormat::CMYK, 4)
+        } else {
+            (PixelFormat::RGB, 3)
+        };
+        let target = if cmyk { &mut self.aux } else { &mut self.rgb };
+        target.clear();
+        target.resize(w * h * bpp, 0);
+        let image = Image {
+            pixels: &mut target[..],
+            width: w,
+            pitch: w * bpp,
+            height: h,
+            format,
+        };
+        // libjpeg-turbo reports warnings (premature end of data, corrupt Huffman data,
+        // extraneous bytes before a marker) as failures after finishing the image. Every one of
+        // them means the entropy-coded data is damaged, so all are errors here.
+        tj.decompress(bytes, image).map_err(tj_err)?;
+        if cmyk {
+            self.rgb.clear();
+            self.rgb.resize(w * h * 3, 0);
+            cmyk_to_rgb(&self.aux, &mut self.rgb, info.adobe_transform.is_some());
+        }
+        Ok((w as u32, h as u32))
+    }
+
+    #[cfg(not(feature = "turbojpeg"))]
+    fn decode_turbo(
+        &mut self,
+        bytes: &[u8],
+        path: &Path,
+        info: &JpegInfo,
+        _scale: u32,
+    ) -> Result<(u32, u32), Error> {
+        self.decode_zune(bytes, path, info)
+    }
+
+    fn decode_zune(
+        &mut self,
+        bytes: &[u8],
+        path: &Path,
+        info: &JpegInfo,
+    ) -> Result<(u32, u32), Error> {
+        use zune_core::bytestream::ZCursor;
+        use zune_core::colorspace::ColorSpace;
+        use zune_core::options::DecoderOptions;
+        let opts = DecoderOptions::default()
+            .set_strict_mode(true)
+            .jpeg_set_out_colorspace(ColorSpace::RGB)
+            .jpeg_set_max_scans(JPEG_SCAN_LIMIT as usize)
+            .set_max_width(info.width as usize)
+            .set_max_height(info.height as usize);
+        let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), opts);
+        let zerr = |e: zune_jpeg::errors::DecodeErrors| fail(path, format!("zune-jpeg: {e}"));
+        d.decode_headers().map_err(zerr)?;
+        let zi = d.info().ok_or_else(|| fail(path, "zune-jpeg: no image info"))?;
+        let (w, h) = (u32::from(zi.width), u32::from(zi.height));
+        self.check_pixels(path, w, h)?;
+        let size = w as usize * h as usize * 3;
+        if d.output_buffer_size() != Some(size) {
+            return Err(fail(path, "zune-jpeg: unexpected output size"));
+        }
+        self.rgb.clear();
+        self.rgb.resize(size, 0);
+        d.decode_into(&mut self.rgb).map_err(zerr)?;
+        Ok((w, h))
+    }
+
+    fn decode_png<'a>(
+        &'a mut self,
+        bytes: &[u8],
+        path: &Path,
+        gate_held: bool,
+        gate: &LargeGate,
+    ) -> Result<Decoded<'a>, Error> {
+        use image::{ColorType, ImageDecoder};
+        let perr = |e: image::ImageError| fail(path, format!("PNG: {e}"));
+        let mut dec = image::codecs::png::PngDecoder::new(std::io::Cursor::new(bytes)).map_err(perr)?;
+        let (w, h) = dec.dimensions();
+        self.check_pixels(path, w, h)?;
+        let mut limits = image::Limits::default();
+        limits.max_alloc = Some(self.settings.max_pixels.saturating_mul(8));
+        dec.set_limits(limits).map_err(perr)?;
+        let color = dec.color_type();
+        let total = dec.total_bytes();
+        let px = w as usize * h as usize;
+        let estimate = total + px as u64 * 3;
+        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter());
+        self.aux.clear();
+        self.aux.resize(total as usize, 0);
+        dec.read_image(&mut self.aux).map_err(perr)?;
+        self.rgb.clear();
+        self.rgb.resize(px * 3, 0);
+        let src = &self.aux;
+        let dst = &mut self.rgb;
+        match color {
+            ColorType::Rgb8 => dst.copy_from_slice(&src[..px * 3]),
+            ColorType::Rgba8 => expand(src, dst, 4, |p| [p[0], p[1], p[2]]),
+            ColorType::L8 => expand(src, dst, 1, |p| [p[0]; 3]),
+            ColorType::La8 => expand(src, dst, 2, |p| [p[0]; 3]),
+            // 16-bit samples come in native byte order; keep the high byte.
+            ColorType::Rgb16 => expand(src, dst, 6, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
+            ColorType::Rgba16 => expand(src, dst, 8, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
+            ColorType::L16 => expand(src, dst, 2, |p| [hi(p, 0); 3]),
+            ColorType::La16 => expand(src, dst, 4, |p| [hi(p, 0); 3]),
+            other => return Err(fail(path, format!("PNG colour type {other:?} is not supported"))),
+        }
+        let orientation = if self.settings.apply_exif {
+            header::png_exif_orientation(bytes).unwrap_or(1)
+        } else {
+            1
+        };
+        Ok(Decoded {
+            rgb: &self.rgb[..px * 3],
+            width: w,
+            height: h,
+            orientation,
+            scale: 1,
+        })
+    }
+}
+
+fn hi(p: &[u8], at: usize) -> u8 {
+    (u16::from_ne_bytes([p[at], p[at + 1]]) >> 8) as u8
+}
+
+fn expand(src: &[u8], dst: &mut [u8], bpp: usize, f: impl Fn(&[u8]) -> [u8; 3]) {
+    for (s, d) in src.chunks_exact(bpp).zip(dst.chunks_exact_mut(3)) {
+        d.copy_from_slice(&f(s));
+    }
+}
+
+/// CMYK to RGB the way Pillow and most viewers do it without a colour profile. Adobe files
+/// store inverted CMYK (255 = no ink).
+pub(crate) fn cmyk_to_rgb(src: &[u8], dst: &mut [u8], adobe_inverted: bool) {
+    for (s, d) in src.chunks_exact(4).zip(dst.chunks_exact_mut(3)) {
+        let (c, m, y, k) = if adobe_inverted {
+            (s[0], s[1], s[2], s[3])
+        } else {
+            (255 - s[0], 255 - s[1], 255 - s[2], 255 - s[3])
+        };
+        let k = u32::from(k);
+        d[0] = ((u32::from(c) * k + 127) / 255) as u8;
+        d[1] = ((u32::from(m) * k + 127) / 255) as u8;
+        d[2] = ((u32::from(y) * k + 127) / 255) as u8;
+    }
+}
+
+/// Estimated peak bytes of decoding one JPEG at scale `1/scale`.
+pub(crate) fn jpeg_working_set(info: &JpegInfo, scale: u32, turbo: bool) -> u64 {
+    let (w, h) = (u64::from(info.width), u64::from(info.height));
+    let s = u64::from(scale);
+    let out_px = w.div_ceil(s) * h.div_ceil(s);
+    let out = out_px * if info.components == 4 { 7 } else { 3 };
+    let comps = u64::from(info.components);
+    // Progressive files keep every coefficient (2 bytes each) of the whole frame.
+    let coefficients = if info.progressive { w * h * comps * 2 } else { w * 16 * comps * 4 };
+    let zune_extra = if turbo { 0 } else { w * h * comps };
+    out + coefficients + zune_extra
+}
+
+/// A `.jpg`/`.jpeg` file must hold JPEG data and a `.png` file PNG data.
+fn check_extension(path: &Path, format: Format) -> Result<(), Error> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let expected = match ext.as_deref() {
+        Some("jpg" | "jpeg" | "jpe" | "jfif") => Format::Jpeg,
+        Some("png") => Format::Png,
+        _ => return Ok(()),
+    };
+    if format == expected {
+        return Ok(());
+    }
+    let ext = ext.unwrap_or_default();
+    Err(fail(
+        path,
+        if matches!(format, Format::Jpeg | Format::Png) {
+            format!(
+                "the file holds {} data but is named .{ext} (a mislabelled file; use check_extension(false) to accept it)",
+                format.name()
+            )
+        } else {
+            format!(
+                "not a {} file: it holds {} (named .{ext})",
+                expected.name(),
+                format.name()
+            )
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmyk_conversion() {
+        let mut d = [0u8; 3];
+        cmyk_to_rgb(&[255, 255, 255, 255], &mut d, true);
+        assert_eq!(d, [255, 255, 255]);
+        cmyk_to_rgb(&[0, 0, 0, 0], &mut d, false);
+        assert_eq!(d, [255, 255, 255]);
+        cmyk_to_rgb(&[255, 0, 255, 255], &mut d, true);
+        assert_eq!(d, [255, 0, 255]);
+    }
+
+    #[test]
+    fn extension_mismatch_is_named() {
+        let e = check_extension(Path::new("a/x.jpg"), Format::Png).unwrap_err();
+        assert!(e.to_string().contains("PNG data but is named .jpg"), "{e}");
+        let e = check_extension(Path::new("a/x.JPG"), Format::Text).unwrap_err();
+        assert!(e.to_string().contains("HTML"), "{e}");
+        assert!(check_extension(Path::new("x.JPEG"), Format::Jpeg).is_ok());
+        assert!(check_extension(Path::new("x"), Format::Png).is_ok());
+    }
+
+    #[test]
+    fn working_set_grows_with_progressive() {
+        let mut i = JpegInfo {
+            width: 4000,
+            height: 3000,
+            components: 3,
+            progressive: false,
+            arithmetic: false,
+            lossless: false,
+            adobe_transform: None,
+            orientation: 1,
+        };
+        let base = jpeg_working_set(&i, 8, true);
+        assert!(base < SMALL_DECODE_BYTES);
+        i.progressive = true;
+        assert!(jpeg_working_set(&i, 8, true) > SMALL_DECODE_BYTES);
+    }
+}

@@ -1,0 +1,316 @@
+//! One error type for the whole crate: every data error names the file (or list line, or cache
+//! record) and the cause, and keeps the underlying error as its `source()`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A boxed error from a decoder or another library, kept as the `source()` of an [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The error type of imagefeed.
+///
+/// One pointer wide, so it is cheap to carry through the pipeline's channels. Use
+/// [`Error::kind`] to inspect it, [`Error::path`] to get the file it is about, and
+/// [`Error::is_data_error`] to tell a bad sample (which [`OnError::Skip`] may skip) from a
+/// configuration, cache or device problem (which always fails).
+pub struct Error(Box<ErrorKind>);
+
+/// What went wrong. Each variant that concerns a file carries its path.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Reading a file failed: missing, permission denied, a directory, a read error.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A file could be read but is not a usable image: empty, truncated, corrupt, of an
+    /// unsupported format, or larger than `max_pixels`.
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: BoxError,
+    },
+    /// A line of a file list could not be parsed.
+    List {
+        /// The list file.
+        path: PathBuf,
+        /// The 1-based line number.
+        line: usize,
+        /// What is wrong with the line.
+        reason: String,
+    },
+    /// A source (a list, a folder) holds nothing usable, or cannot be listed.
+    Source {
+        /// The list file or folder.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The on-disk cache is corrupt or unusable.
+    CorruptCache {
+        /// The cache file (delete it to rebuild the cache).
+        path: PathBuf,
+        /// What is wrong, e.g. which record failed its checksum.
+        detail: String,
+    },
+    /// A setting is invalid, or the settings need more memory than allowed.
+    InvalidConfig {
+        /// The builder setting concerned.
+        setting: &'static str,
+        /// Why it is rejected and what to do.
+        reason: String,
+    },
+    /// The GPU could not be used.
+    Device(BoxError),
+    /// A setting needs a cargo feature that this build does not have.
+    FeatureDisabled {
+        /// The cargo feature to enable.
+        feature: &'static str,
+    },
+    /// More samples failed than `OnError::Skip { max }` allows.
+    TooManyFailures {
+        /// How many samples were skipped.
+        skipped: u64,
+        /// The failure that went over the limit.
+        last: Error,
+    },
+    /// A pipeline thread panicked. The panic was caught; the pipeline is stopped.
+    WorkerPanicked {
+        /// The stage whose thread panicked, e.g. `"decode"`.
+        stage: &'static str,
+        /// The sample it was working on, when known.
+        path: Option<PathBuf>,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+    /// A thread could not be started.
+    Spawn(std::io::Error),
+}
+
+/// What the loader does when one sample cannot be loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnError {
+    /// The epoch yields the error (naming the file) and stops. The default: training on fewer
+    /// images without knowing it is a correctness bug.
+    #[default]
+    Fail,
+    /// Skip the sample, log it once with `log::warn!`, count it in
+    /// [`Stats::skipped`](crate::Stats::skipped) and go on. More than `max` skipped samples in one
+    /// epoch end the epoch with [`ErrorKind::TooManyFailures`]. Labels never shift: every
+    /// delivered image carries its own label and dataset index.
+    Skip {
+        /// The most samples an epoch may skip (`u64::MAX` for no limit).
+        max: u64,
+    },
+}
+
+impl OnError {
+    /// `Skip` with no limit on the number of skipped samples.
+    pub const SKIP_ALL: OnError = OnError::Skip { max: u64::MAX };
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind) -> Self {
+        Error(Box::new(kind))
+    }
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0
+    }
+    /// Consumes the error and returns what went wrong.
+    pub fn into_kind(self) -> ErrorKind {
+        *self.0
+    }
+    /// The file (image, list, folder or cache) the error is about, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match &*self.0 {
+            ErrorKind::Io { path, .. }
+            | ErrorKind::Decode { path, .. }
+            | ErrorKind::List { path, .. }
+            | ErrorKind::Source { path, .. }
+            | ErrorKind::CorruptCache { path, .. } => Some(path),
+            ErrorKind::TooManyFailures { last, .. } => last.path(),
+            ErrorKind::WorkerPanicked { path, .. } => path.as_deref(),
+            _ => None,
+        }
+    }
+    /// True for an error about one sample (unreadable or undecodable file), which
+    /// [`OnError::Skip`] may skip. Configuration, list, cache and device errors are not.
+    pub fn is_data_error(&self) -> bool {
+        matches!(&*self.0, ErrorKind::Io { .. } | ErrorKind::Decode { .. })
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::new(ErrorKind::Io {
+            path: path.into(),
+            source,
+        })
+    }
+    pub(crate) fn decode(path: impl Into<PathBuf>, source: impl Into<BoxError>) -> Self {
+        Self::new(ErrorKind::Decode {
+            path: path.into(),
+            source: source.into(),
+        })
+    }
+    pub(crate) fn list(path: impl Into<PathBuf>, line: usize, reason: impl Into<String>) -> Self {
+        Self::new(ErrorKind::List {
+            path: path.into(),
+            line,
+            reason: reason.into(),
+        })
+    }
+    pub(crate) fn source(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Source {
+            path: path.into(),
+            reason: reason.into(),
+        })
+    }
+    pub(crate) fn corrupt_cache(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
+        Self::new(ErrorKind::CorruptCache {
+            path: path.into(),
+            detail: detail.into(),
+        })
+    }
+    pub(crate) fn config(setting: &'static str, reason: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidConfig {
+            setting,
+            reason: reason.into(),
+        })
+    }
+    pub(crate) fn device(source: impl Into<BoxError>) -> Self {
+        Self::new(ErrorKind::Device(source.into()))
+    }
+    pub(crate) fn feature_disabled(feature: &'static str) -> Self {
+        Self::new(ErrorKind::FeatureDisabled { feature })
+    }
+    pub(crate) fn spawn(source: std::io::Error) -> Self {
+        Self::new(ErrorKind::Spawn(source))
+    }
+    pub(crate) fn worker_panicked(
+        stage: &'static str,
+        path: Option<PathBuf>,
+        payload: &(dyn std::any::Any + Send),
+    ) -> Self {
+        let message = if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            String::from("non-string panic payload")
+        };
+        Self::new(ErrorKind::WorkerPanicked {
+            stage,
+            path,
+            message,
+        })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &*self.0 {
+            ErrorKind::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            ErrorKind::Decode { path, source } => {
+                write!(f, "{}: cannot decode image: {source}", path.display())
+            }
+            ErrorKind::List { path, line, reason } => {
+                write!(f, "{}:{line}: {reason}", path.display())
+            }
+            ErrorKind::Source { path, reason } => write!(f, "{}: {reason}", path.display()),
+            ErrorKind::CorruptCache { path, detail } => write!(
+                f,
+                "{}: corrupt cache: {detail} (delete the file to rebuild it)",
+                path.display()
+            ),
+            ErrorKind::InvalidConfig { setting, reason } => {
+                write!(f, "invalid setting `{setting}`: {reason}")
+            }
+            ErrorKind::Device(e) => write!(f, "device error: {e}"),
+            ErrorKind::FeatureDisabled { feature } => write!(
+                f,
+                "this build of imagefeed lacks the `{feature}` cargo feature; rebuild with `--features {feature}`"
+            ),
+            ErrorKind::TooManyFailures { skipped, last } => write!(
+                f,
+                "too many failed samples ({skipped} skipped, over the `OnError::Skip` maximum); last: {last}"
+            ),
+            ErrorKind::WorkerPanicked {
+                stage,
+                path,
+                message,
+            } => match path {
+                Some(p) => write!(
+                    f,
+                    "{}: the {stage} thread panicked on this sample: {message}",
+                    p.display()
+                ),
+                None => write!(f, "the {stage} thread panicked: {message}"),
+            },
+            ErrorKind::Spawn(e) => write!(f, "cannot start a pipeline thread: {e}"),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &*self.0 {
+            ErrorKind::Io { source, .. } => Some(source),
+            ErrorKind::Decode { source, .. } => Some(&**source),
+            ErrorKind::Device(source) => Some(&**source),
+            ErrorKind::TooManyFailures { last, .. } => Some(last),
+            ErrorKind::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// A decode failure described in words; the `source` of an [`ErrorKind::Decode`].
+#[derive(Debug, Clone)]
+pub(crate) struct DecodeFailure(pub(crate) String);
+
+impl fmt::Display for DecodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for DecodeFailure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_one_pointer_wide() {
+        assert_eq!(std::mem::size_of::<Error>(), std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn display_names_the_file_and_the_cause() {
+        let e = Error::decode("a/b.jpg", DecodeFailure("truncated".into()));
+        assert_eq!(e.to_string(), "a/b.jpg: cannot decode image: truncated");
+        assert_eq!(e.path(), Some(Path::new("a/b.jpg")));
+        assert!(e.is_data_error());
+        let e = Error::list("train.txt", 7, "label `x` is not an integer");
+        assert_eq!(e.to_string(), "train.txt:7: label `x` is not an integer");
+        assert!(!e.is_data_error());
+    }
+
+    #[test]
+    fn too_many_failures_keeps_the_last_path() {
+        let last = Error::io("x.jpg", std::io::Error::from(std::io::ErrorKind::NotFound));
+        let e = Error::new(ErrorKind::TooManyFailures { skipped: 3, last });
+        assert_eq!(e.path(), Some(Path::new("x.jpg")));
+        assert!(std::error::Error::source(&e).is_some());
+    }
+}

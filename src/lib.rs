@@ -1,0 +1,78 @@
+//! # imagefeed
+//!
+//! Stream images from disk into a training loop: a file list feeds a parallel JPEG decode, a
+//! resize to 160×160 (by default) and a normalize stage, an optional bounded shuffle buffer, a
+//! batcher and a prefetch queue, with a small host memory budget that is known before the loader
+//! runs and does not grow with the dataset.
+//!
+//! ```text
+//! Source -> decode (own threads) -> transform -> shuffle buffer -> batcher -> prefetch -> Batches
+//!  paths     JPEG/PNG -> RGB8        160x160 u8   seeded, bounded   u8 -> dtype  queue of
+//! (seeded    (DCT-scaled where                    holds u8 only     written once ready batches
+//!  permutation it still covers                                      into the batch
+//!  per epoch)  the target size)                                     buffer
+//! ```
+//!
+//! ```
+//! # fn main() -> Result<(), imagefeed::Error> {
+//! use imagefeed::{Loader, Source};
+//!
+//! let loader = Loader::builder(Source::from_dir("testdata/classes")?)
+//!     .batch_size(4)
+//!     .seed(42)
+//!     .build()?;
+//! println!("memory budget: {}", loader.memory_budget());
+//! for epoch in 0..2 {
+//!     for batch in loader.epoch(epoch) {
+//!         let batch = batch?;
+//!         let images: &[f32] = batch.as_f32().unwrap(); // [n, 160, 160, 3], values in 0..=1
+//!         let labels: &[u32] = batch.labels();
+//!         assert_eq!(images.len(), labels.len() * 160 * 160 * 3);
+//!     }
+//!     println!("{:?}", loader.stats());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## Features
+//!
+//! | feature     | default | what it adds |
+//! |-------------|---------|--------------|
+//! | `turbojpeg` | yes     | libjpeg-turbo (built from source: needs `cmake` and `nasm`) with DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg |
+//! | `cuda`      | no      | [`Device::Cuda`]: pinned staging and asynchronous copies to the GPU (cudarc, loaded at run time) |
+//!
+//! ## Tuning
+//!
+//! - The consumer waits (high [`Stats::consumer_wait_fraction`]) and the CPU is busy: more
+//!   `decode_threads`, or an on-disk [`cache`](LoaderBuilder::cache) for later epochs.
+//! - Disk-bound (CPU idle, consumer waiting): the cache, or faster storage.
+//! - Out of memory: a smaller `shuffle_buffer`, `prefetch`, `batch_size` or `max_pixels`, or a
+//!   half-precision [`Dtype`]; [`Loader::memory_budget`] shows which part is large.
+//! - Corrupt files stop the epoch: [`OnError::Skip`] skips them and lists them in
+//!   [`Stats::skipped_samples`].
+
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod batch;
+mod builder;
+pub mod corpus;
+mod decode;
+mod error;
+mod loader;
+mod pipeline;
+mod prefetch;
+mod rng;
+mod shuffle;
+mod source;
+mod stats;
+mod transform;
+
+pub use batch::{Batch, Images};
+pub use builder::{CachePolicy, Device, LoaderBuilder, MemoryBudget};
+pub use decode::JpegDecoder;
+pub use error::{BoxError, Error, ErrorKind, OnError};
+pub use loader::{Batches, Loader};
+pub use source::Source;
+pub use stats::Stats;
+pub use transform::{Dtype, Layout, ResizeMode};

@@ -1,0 +1,378 @@
+//! The wiring: threads, channels, their capacities, the memory bound they imply, and the
+//! shutdown order. No other module knows the topology.
+//!
+//! ```text
+//!  plan (seeded permutation of indices)
+//!     │ claimed in order, at most `window` ahead of the batcher
+//!     ▼
+//!  decode ×T ──(seq, idx, u8 sample)──▶ batcher ──Batch──▶ prefetch queue ──▶ consumer
+//!  threads      bounded(window)          thread    bounded(prefetch)          (Batches::next)
+//!     ▲                                    │ reorder ring → shuffle buffer → Batcher
+//!     └──────── sample buffers ◀───────────┘          batch buffers ◀── Batch::drop
+//!               bounded(window + shuffle + 2)         bounded(1)
+//! ```
+//!
+//! - **Decode threads** (`imagefeed-decode-N`, owned by the loader, one set per epoch) claim
+//!   the next position of the epoch's plan from the [`Window`], which lets them run at most
+//!   `window` positions ahead of the batcher. They read, decode, resize and orient into a `u8`
+//!   sample buffer and send it, tagged with its position, to the batcher. A panic while loading
+//!   a sample is caught and becomes an error naming the sample.
+//! - **The batcher** (`imagefeed-batch`) puts samples back in plan order through a ring of
+//!   `window` slots, so the output never depends on thread timing; applies the error policy;
+//!   passes samples through the seeded shuffle buffer; and writes each, normalized once, into
+//!   a batch buffer. Full batches go to the prefetch queue.
+//! - **Memory**: `window + shuffle_buffer + 2` samples, `prefetch + 3` batches (queue, one being
+//!   filled, one spare, one held by the consumer), per-thread decode buffers and one large
+//!   image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them up.
+//! - **Shutdown**: dropping [`Batches`](crate::Batches) cancels the window (waking waiting
+//!   decoders) and drops the prefetch receiver (failing the batcher's send); decoders see the
+//!   cancel or a closed channel and return; then every thread is joined. A closed channel means
+//!   shut down, never an error.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::batch::{Batch, BatchFormat, BatchParts, Batcher};
+use crate::builder::Config;
+use crate::decode::{Decoder, LargeGate};
+use crate::error::{Error, ErrorKind, OnError};
+use crate::rng::{self, Rng};
+use crate::shuffle::ShuffleBuffer;
+use crate::source::Source;
+use crate::stats::{add, StatsCell};
+use crate::transform::Normalizer;
+
+/// Lets decode threads claim plan positions in order, at most `size` ahead of the batcher.
+#[derive(Debug)]
+pub(crate) struct Window {
+    state: Mutex<WindowState>,
+    moved: Condvar,
+    size: usize,
+    total: usize,
+}
+
+#[derive(Debug)]
+struct WindowState {
+    next: usize,
+    released: usize,
+    cancelled: bool,
+}
+
+impl Window {
+    fn new(size: usize, total: usize) -> Self {
+        Window {
+            state: Mutex::new(WindowState {
+                next: 0,
+                released: 0,
+                cancelled: false,
+            }),
+            moved: Condvar::new(),
+            size,
+            total,
+        }
+    }
+
+    /// The next position to load, or `None` when the plan is done or the epoch cancelled.
+    fn claim(&self) -> Option<usize> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if s.cancelled || s.next >= self.total {
+                return None;
+            }
+            if s.next < s.released + self.size {
+                s.next += 1;
+                return Some(s.next - 1);
+            }
+            s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn release(&self, released: usize) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).released = released;
+        self.moved.notify_all();
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).cancelled = true;
+        self.moved.notify_all();
+    }
+}
+
+/// What one epoch's threads share.
+pub(crate) struct EpochShared {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) source: Arc<Source>,
+    pub(crate) stats: Arc<StatsCell>,
+    pub(crate) gate: Arc<LargeGate>,
+    pub(crate) epoch: u64,
+    plan: Vec<u32>,
+    window: Arc<Window>,
+    samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+}
+
+/// A loaded sample (or its error), tagged with its plan position.
+struct Loaded {
+    seq: usize,
+    index: u32,
+    result: Result<Vec<u8>, Error>,
+}
+
+/// The running threads of one epoch, handed to [`Batches`](crate::Batches).
+pub(crate) struct Running {
+    pub(crate) rx: Receiver<Result<Batch, Error>>,
+    pub(crate) handles: Vec<(&'static str, JoinHandle<()>)>,
+    pub(crate) window: Arc<Window>,
+}
+
+/// The order in which an epoch visits the source: a seeded permutation, or file order.
+pub(crate) fn plan(cfg: &Config, len: usize, epoch: u64) -> Vec<u32> {
+    let n = len as u32;
+    if cfg.shuffle {
+        rng::permutation(n, &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION))
+    } else {
+        (0..n).collect()
+    }
+}
+
+/// Starts the threads of one epoch.
+pub(crate) fn start(
+    cfg: Arc<Config>,
+    source: Arc<Source>,
+    stats: Arc<StatsCell>,
+    gate: Arc<LargeGate>,
+    epoch: u64,
+) -> Result<Running, Error> {
+    let threads = cfg.threads();
+    let window_size = cfg.reorder_window();
+    let plan = plan(&cfg, source.len(), epoch);
+    let window = Arc::new(Window::new(window_size, plan.len()));
+    stats.reset(epoch, threads, cfg.prefetch);
+    let shared = Arc::new(EpochShared {
+        samples: bounded(window_size + cfg.shuffle_buffer + 2),
+        cfg: cfg.clone(),
+        source,
+        stats,
+        gate,
+        epoch,
+        plan,
+        window: window.clone(),
+    });
+    // The window bounds what is in flight, so this channel never fills; it is bounded anyway.
+    let (loaded_tx, loaded_rx) = bounded::<Loaded>(window_size);
+    // The prefetch queue: ready batches ahead of the consumer.
+    let (batch_tx, batch_rx) = bounded(cfg.prefetch);
+    let mut handles = Vec::with_capacity(threads + 1);
+    let spawn_all = || -> Result<(), Error> {
+        for t in 0..threads {
+            let shared = shared.clone();
+            let tx = loaded_tx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("imagefeed-decode-{t}"))
+                .spawn(move || decode_loop(&shared, &tx))
+                .map_err(Error::spawn)?;
+            handles.push(("decode", h));
+        }
+        let shared = shared.clone();
+        let h = std::thread::Builder::new()
+            .name("imagefeed-batch".into())
+            .spawn(move || batch_loop(&shared, &loaded_rx, &batch_tx))
+            .map_err(Error::spawn)?;
+        handles.push(("batch", h));
+        Ok(())
+    };
+    let spawned = spawn_all();
+    drop(loaded_tx);
+    if let Err(e) = spawned {
+        window.cancel();
+        for (_, h) in handles {
+            let _ = h.join();
+        }
+        return Err(e);
+    }
+    Ok(Running {
+        rx: batch_rx,
+        handles,
+        window,
+    })
+}
+
+fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
+    let cfg = &shared.cfg;
+    let geom = cfg.geometry();
+    let mut decoder = Decoder::new(cfg.decode_settings());
+    let mut path = PathBuf::new();
+    let sample_len = geom.sample_len();
+    loop {
+        let waited = Instant::now();
+        let Some(seq) = shared.window.claim() else {
+            break;
+        };
+        add(&shared.stats.decode_wait_ns, waited.elapsed());
+        let index = shared.plan[seq];
+        let mut buf = shared
+            .samples
+            .1
+            .try_recv()
+            .unwrap_or_else(|_| vec![0u8; sample_len]);
+        let busy = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            shared.source.index.path_into(index as usize, &mut path);
+            if shared.cfg.panic_on_index == Some(u64::from(index)) {
+                panic!("injected panic (inject_panic_at_index)");
+            }
+            decoder.load_file(&path, &geom, &shared.gate, &mut buf)
+        }));
+        add(&shared.stats.decode_busy_ns, busy.elapsed());
+        let result = match outcome {
+            Ok(Ok(())) => Ok(buf),
+            Ok(Err(e)) => Err(e),
+            Err(payload) => {
+                // The decoder's buffers may be mid-update: start afresh.
+                decoder = Decoder::new(cfg.decode_settings());
+                Err(Error::worker_panicked(
+                    "decode",
+                    Some(shared.source.index.path(index as usize)),
+                    &*payload,
+                ))
+            }
+        };
+        let waited = Instant::now();
+        if tx.send(Loaded { seq, index, result }).is_err() {
+            break; // the batcher stopped: shut down
+        }
+        add(&shared.stats.decode_wait_ns, waited.elapsed());
+    }
+}
+
+struct Sink<'a> {
+    shared: &'a EpochShared,
+    batcher: Batcher,
+    format: BatchFormat,
+    pool: (Sender<BatchParts>, Receiver<BatchParts>),
+    out: &'a Sender<Result<Batch, Error>>,
+}
+
+impl Sink<'_> {
+    /// Writes a sample into the current batch; sends the batch when full. `false`: the
+    /// consumer is gone.
+    fn emit(&mut self, pixels: Vec<u8>, index: u32) -> bool {
+        let label = self.shared.source.index.label(index as usize);
+        let (format, pool_rx) = (self.format, &self.pool.1);
+        let full = self.batcher.add(&pixels, label, u64::from(index), || {
+            pool_rx
+                .try_recv()
+                .unwrap_or_else(|_| BatchParts::new(format.dtype, format.batch_size, format.height * format.width * 3))
+        });
+        let _ = self.shared.samples.0.try_send(pixels);
+        match full {
+            Some(parts) => self.send(parts),
+            None => true,
+        }
+    }
+
+    fn send(&mut self, parts: BatchParts) -> bool {
+        let batch = Batch::new(parts, self.format, self.shared.epoch, self.pool.0.clone());
+        let waited = Instant::now();
+        let ok = self.out.send(Ok(batch)).is_ok();
+        add(&self.shared.stats.batcher_wait_ns, waited.elapsed());
+        ok
+    }
+
+    fn finish(&mut self) -> bool {
+        if self.shared.cfg.drop_remainder {
+            return true;
+        }
+        match self.batcher.finish() {
+            Some(parts) => self.send(parts),
+            None => true,
+        }
+    }
+}
+
+fn batch_loop(shared: &EpochShared, rx: &Receiver<Loaded>, out: &Sender<Result<Batch, Error>>) {
+    let stop = |e: Error| {
+        shared.window.cancel();
+        let _ = out.send(Err(e));
+    };
+    if let Err(e) = catch_unwind(AssertUnwindSafe(|| batch_loop_inner(shared, rx, out))).unwrap_or_else(|p| {
+        Err(Error::worker_panicked("batch", None, &*p))
+    }) {
+        stop(e);
+    }
+    shared.window.cancel();
+}
+
+fn batch_loop_inner(
+    shared: &EpochShared,
+    rx: &Receiver<Loaded>,
+    out: &Sender<Result<Batch, Error>>,
+) -> Result<(), Error> {
+    let cfg = &shared.cfg;
+    let format = BatchFormat {
+        batch_size: cfg.batch_size,
+        height: cfg.height as usize,
+        width: cfg.width as usize,
+        dtype: cfg.dtype,
+        layout: cfg.layout,
+    };
+    let mut sink = Sink {
+        shared,
+        batcher: Batcher::new(format, Normalizer::new(cfg.mean, cfg.std, cfg.layout)),
+        format,
+        pool: bounded(1),
+        out,
+    };
+    let size = shared.window.size;
+    let total = shared.plan.len();
+    let mut ring: Vec<Option<Loaded>> = (0..size).map(|_| None).collect();
+    let mut next = 0usize;
+    let mut shuffle = ShuffleBuffer::new(
+        cfg.shuffle_buffer,
+        Rng::for_stage(cfg.seed, shared.epoch, rng::STAGE_SHUFFLE_BUFFER),
+    );
+    let mut skipped = 0u64;
+    while next < total {
+        let Ok(msg) = rx.recv() else {
+            return Ok(()); // cancelled: the decoders are gone
+        };
+        let slot = msg.seq % size;
+        ring[slot] = Some(msg);
+        while let Some(msg) = ring[next % size].take() {
+            next += 1;
+            shared.window.release(next);
+            match msg.result {
+                Ok(pixels) => {
+                    if let Some((px, idx)) = shuffle.push((pixels, msg.index)) {
+                        if !sink.emit(px, idx) {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(e) => match cfg.on_error {
+                    OnError::Skip { max } if e.is_data_error() => {
+                        skipped += 1;
+                        let path = e.path().map(PathBuf::from).unwrap_or_default();
+                        log::warn!("skipping sample {}: {e}", msg.index);
+                        shared.stats.record_skip(path, e.to_string());
+                        if skipped > max {
+                            return Err(Error::new(ErrorKind::TooManyFailures { skipped, last: e }));
+                        }
+                    }
+                    _ => return Err(e),
+                },
+            }
+        }
+    }
+    while let Some((px, idx)) = shuffle.drain_one() {
+        if !sink.emit(px, idx) {
+            return Ok(());
+        }
+    }
+    sink.finish();
+    Ok(())
+}

@@ -1,0 +1,499 @@
+//! Sources: where samples come from. A file list, a folder of class folders, or a list the
+//! caller builds; each becomes a compact index of `(path, label)` entries that the pipeline
+//! visits in a seeded permutation every epoch.
+//!
+//! The index stores every path as bytes in one buffer, relative to a base folder, plus an
+//! 8-byte end offset and a 4-byte label per entry: about `path length + 12` bytes a sample
+//! (ImageNet's 1.28 million paths of ~40 bytes take about 67 MB).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+
+/// File extensions a class-folder source picks up (compared case-insensitively).
+const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
+
+/// Where the samples come from. Build one with [`Source::from_list_file`],
+/// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
+/// [`Loader::builder`](crate::Loader::builder).
+///
+/// ```
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// use imagefeed::Source;
+/// let source = Source::from_entries([("testdata/photos/photo_0.jpg", 0), ("testdata/photos/photo_1.jpg", 1)])?;
+/// assert_eq!(source.len(), 2);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub(crate) index: FileIndex,
+}
+
+/// A compact list of `(path, label)` entries.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FileIndex {
+    /// What the entries came from (list file, folder, or `<entries>`), for messages.
+    pub(crate) origin: PathBuf,
+    /// Relative paths are joined to this folder.
+    pub(crate) base: PathBuf,
+    bytes: Vec<u8>,
+    ends: Vec<u64>,
+    labels: Vec<u32>,
+    /// Class names by label, for class-folder sources.
+    pub(crate) class_names: Option<Vec<String>>,
+}
+
+impl FileIndex {
+    fn with_origin(origin: PathBuf, base: PathBuf) -> Self {
+        FileIndex {
+            origin,
+            base,
+            ..Default::default()
+        }
+    }
+
+    fn push(&mut self, path: &[u8], label: u32) {
+        self.bytes.extend_from_slice(path);
+        self.ends.push(self.bytes.len() as u64);
+        self.labels.push(label);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub(crate) fn label(&self, i: usize) -> u32 {
+        self.labels[i]
+    }
+
+    /// The stored (possibly relative) path bytes of entry `i`.
+    pub(crate) fn raw_path(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.bytes[start..self.ends[i] as usize]
+    }
+
+    /// Writes the full path of entry `i` into `out`, reusing its allocation.
+    pub(crate) fn path_into(&self, i: usize, out: &mut PathBuf) {
+        out.as_mut_os_string().clear();
+        out.push(&self.base);
+        out.push(bytes_to_os(self.raw_path(i)));
+    }
+
+    /// The full path of entry `i`.
+    pub(crate) fn path(&self, i: usize) -> PathBuf {
+        let mut p = PathBuf::new();
+        self.path_into(i, &mut p);
+        p
+    }
+
+    /// Heap bytes held by the index.
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        (self.bytes.capacity() + self.ends.capacity() * 8 + self.labels.capacity() * 4) as u64
+    }
+
+    fn shrink(&mut self) {
+        self.bytes.shrink_to_fit();
+        self.ends.shrink_to_fit();
+        self.labels.shrink_to_fit();
+    }
+}
+
+#[cfg(unix)]
+fn bytes_to_os(b: &[u8]) -> &OsStr {
+    use std::os::unix::ffi::OsStrExt;
+    OsStr::from_bytes(b)
+}
+
+#[cfg(not(unix))]
+fn bytes_to_os(b: &[u8]) -> &OsStr {
+    // Paths that are not UTF-8 cannot be represented on this platform's OsStr from bytes; the
+    // lossy form then fails to open with an error naming it.
+    match std::str::from_utf8(b) {
+        Ok(s) => OsStr::new(s),
+        Err(_) => OsStr::new("\u{FFFD}"),
+    }
+}
+
+#[cfg(unix)]
+fn os_to_bytes(s: &OsStr) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    s.as_bytes().to_vec()
+}
+
+#[cfg(not(unix))]
+fn os_to_bytes(s: &OsStr) -> Vec<u8> {
+    s.to_string_lossy().into_owned().into_bytes()
+}
+
+impl Source {
+    /// Reads a file list: one sample a line, `PATH<TAB>LABEL` or `PATH LABEL`.
+    ///
+    /// The last whitespace-separated field is the label, a non-negative integer; the path is
+    /// everything before it (so a path may contain spaces) and is relative to the list file's
+    /// folder unless absolute. Blank lines and lines starting with `#` are ignored; CRLF line
+    /// ends and a UTF-8 byte-order mark are accepted; paths may hold any bytes but NUL.
+    /// A path listed twice with the same label is kept twice (oversampling), with a warning; a
+    /// path listed twice with different labels is an error.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if the list cannot be read,
+    /// [`ErrorKind::List`](crate::ErrorKind::List) naming the line for a malformed line, and
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) for a list with no entries.
+    pub fn from_list_file(path: impl AsRef<Path>) -> Result<Source, Error> {
+        let path = path.as_ref();
+        let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let base = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let index = parse_list(path, base, &data)?;
+        Ok(Source { index })
+    }
+
+    /// Reads a folder with one sub-folder per class, like torchvision's `ImageFolder`: the
+    /// sorted sub-folder names get labels `0..k`, and every `.jpg`, `.jpeg` or `.png` file
+    /// below a class folder (recursively, sorted by path) is a sample of that class. Hidden
+    /// files and other extensions are ignored.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if a folder cannot be read, and
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) if there is no class folder or no image.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Source, Error> {
+        let dir = dir.as_ref();
+        let mut classes: Vec<(String, PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+            let entry = entry.map_err(|e| Error::io(dir, e))?;
+            let p = entry.path();
+            let name = entry.file_name();
+            if is_hidden(&name) || !p.is_dir() {
+                continue;
+            }
+            classes.push((name.to_string_lossy().into_owned(), p));
+        }
+        if classes.is_empty() {
+            return Err(Error::source(
+                dir,
+                "no class folders: expected one sub-folder per class, each holding images",
+            ));
+        }
+        classes.sort();
+        let mut index = FileIndex::with_origin(dir.to_path_buf(), dir.to_path_buf());
+        let mut files = Vec::new();
+        for (label, (_, class_dir)) in classes.iter().enumerate() {
+            files.clear();
+            collect_images(class_dir, &mut files)?;
+            files.sort();
+            for f in &files {
+                let rel = f.strip_prefix(dir).unwrap_or(f);
+                index.push(&os_to_bytes(rel.as_os_str()), label as u32);
+            }
+        }
+        if index.len() == 0 {
+            return Err(Error::source(dir, "the class folders hold no .jpg, .jpeg or .png file"));
+        }
+        check_count(&index)?;
+        index.class_names = Some(classes.into_iter().map(|(n, _)| n).collect());
+        index.shrink();
+        Ok(Source { index })
+    }
+
+    /// A source from `(path, label)` pairs built by the caller. Relative paths are relative
+    /// to the current directory.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) if there are no entries.
+    pub fn from_entries<P: AsRef<Path>>(
+        entries: impl IntoIterator<Item = (P, u32)>,
+    ) -> Result<Source, Error> {
+        let mut index = FileIndex::with_origin(PathBuf::from("<entries>"), PathBuf::new());
+        for (p, label) in entries {
+            index.push(&os_to_bytes(p.as_ref().as_os_str()), label);
+        }
+        if index.len() == 0 {
+            return Err(Error::source("<entries>", "no entries"));
+        }
+        check_count(&index)?;
+        index.shrink();
+        Ok(Source { index })
+    }
+
+    /// A folder of class folders or a file list, whichever `path` is.
+    ///
+    /// # Errors
+    /// As [`Source::from_dir`] or [`Source::from_list_file`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if meta.is_dir() {
+            Source::from_dir(path)
+        } else {
+            Source::from_list_file(path)
+        }
+    }
+
+    /// The number of samples.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True if the source has no samples (never the case for a built source).
+    pub fn is_empty(&self) -> bool {
+        self.index.len() == 0
+    }
+
+    /// The full path of sample `i` (`None` if out of range).
+    pub fn path(&self, i: usize) -> Option<PathBuf> {
+        (i < self.len()).then(|| self.index.path(i))
+    }
+
+    /// The label of sample `i` (`None` if out of range).
+    pub fn label(&self, i: usize) -> Option<u32> {
+        (i < self.len()).then(|| self.index.label(i))
+    }
+
+    /// Class names by label, for a class-folder source.
+    pub fn class_names(&self) -> Option<&[String]> {
+        self.index.class_names.as_deref()
+    }
+
+    /// The largest label plus one.
+    pub fn num_classes(&self) -> u32 {
+        self.index.labels.iter().max().map_or(0, |m| m + 1)
+    }
+
+    /// Heap bytes the index holds (counted in the loader's memory budget).
+    pub fn heap_bytes(&self) -> u64 {
+        self.index.heap_bytes()
+    }
+}
+
+fn is_hidden(name: &OsStr) -> bool {
+    name.to_string_lossy().starts_with('.')
+}
+
+fn collect_images(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        if is_hidden(&name) {
+            continue;
+        }
+        let p = entry.path();
+        let ft = entry.file_type().map_err(|e| Error::io(&p, e))?;
+        if ft.is_dir() || (ft.is_symlink() && p.is_dir()) {
+            collect_images(&p, out)?;
+        } else if has_image_extension(&p) {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn has_image_extension(p: &Path) -> bool {
+    p.extension()
+        .and_then(OsStr::to_str)
+        .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
+}
+
+fn check_count(index: &FileIndex) -> Result<(), Error> {
+    if index.len() > u32::MAX as usize {
+        return Err(Error::source(
+            &index.origin,
+            format!("{} samples: at most {} are supported", index.len(), u32::MAX),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses a list file's bytes (pure core of [`Source::from_list_file`]).
+pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<FileIndex, Error> {
+    let data = data.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(data);
+    let mut index = FileIndex::with_origin(list.to_path_buf(), base);
+    // Duplicate detection: hash of the path -> (entry, line). Freed when parsing ends.
+    let mut seen: HashMap<u64, Vec<(u32, usize)>> = HashMap::new();
+    let mut duplicates = 0u64;
+    for (n, raw) in data.split(|&b| b == b'\n').enumerate() {
+        let line_no = n + 1;
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let line = trim(line);
+        if line.is_empty() || line[0] == b'#' {
+            continue;
+        }
+        let (path, label) = split_line(line).ok_or_else(|| {
+            Error::list(
+                list,
+                line_no,
+                format!(
+                    "expected `PATH<TAB>LABEL` or `PATH LABEL`, found `{}` (no label)",
+                    String::from_utf8_lossy(line)
+                ),
+            )
+        })?;
+        let label = parse_label(label).map_err(|reason| Error::list(list, line_no, reason))?;
+        if path.contains(&0) {
+            return Err(Error::list(list, line_no, "the path contains a NUL byte"));
+        }
+        let h = xxhash_rust::xxh3::xxh3_64(path);
+        let bucket = seen.entry(h).or_default();
+        for &(other, other_line) in bucket.iter() {
+            if index.raw_path(other as usize) == path {
+                if index.label(other as usize) != label {
+                    return Err(Error::list(
+                        list,
+                        line_no,
+                        format!(
+                            "`{}` is listed again with label {label}, but line {other_line} gives it label {}",
+                            String::from_utf8_lossy(path),
+                            index.label(other as usize)
+                        ),
+                    ));
+                }
+                duplicates += 1;
+                break;
+            }
+        }
+        if index.len() >= u32::MAX as usize {
+            return Err(Error::list(list, line_no, "more than 2^32-1 entries"));
+        }
+        bucket.push((index.len() as u32, line_no));
+        index.push(path, label);
+    }
+    if index.len() == 0 {
+        return Err(Error::source(list, "the list has no entries"));
+    }
+    if duplicates > 0 {
+        log::warn!(
+            "{}: {duplicates} path(s) listed more than once; each listing is a sample",
+            list.display()
+        );
+    }
+    index.shrink();
+    Ok(index)
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = s {
+        if first.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    while let [rest @ .., last] = s {
+        if last.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    s
+}
+
+/// Splits a trimmed line into (path, label field) at its last run of whitespace.
+fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let cut = line.iter().rposition(|b| b.is_ascii_whitespace())?;
+    let label = &line[cut + 1..];
+    let path = trim(&line[..cut]);
+    if path.is_empty() || label.is_empty() {
+        return None;
+    }
+    Some((path, label))
+}
+
+fn parse_label(field: &[u8]) -> Result<u32, String> {
+    let text = String::from_utf8_lossy(field);
+    let digits = field.strip_prefix(b"+").unwrap_or(field);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        if field.first() == Some(&b'-') && field[1..].iter().all(u8::is_ascii_digit) && field.len() > 1 {
+            return Err(format!("label `{text}` is out of range: labels must be 0 or more"));
+        }
+        return Err(format!("label `{text}` is not an integer"));
+    }
+    // Leading zeros are fine; anything beyond u32 is out of range.
+    let mut v: u64 = 0;
+    for &d in digits {
+        v = v * 10 + u64::from(d - b'0');
+        if v > u64::from(u32::MAX) {
+            return Err(format!("label `{text}` is out of range (at most {})", u32::MAX));
+        }
+    }
+    Ok(v as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &[u8]) -> Result<FileIndex, Error> {
+        parse_list(Path::new("list.txt"), PathBuf::from("/data"), s)
+    }
+
+    #[test]
+    fn parses_tab_and_space_forms_comments_blank_lines() {
+        let idx = parse(b"# header\na.jpg\t3\n\n  b c.jpg 4  \r\n/abs/d.png\t0\n").unwrap();
+        assert_eq!(idx.len(), 3);
+        assert_eq!(idx.raw_path(0), b"a.jpg");
+        assert_eq!(idx.label(0), 3);
+        assert_eq!(idx.raw_path(1), b"b c.jpg");
+        assert_eq!(idx.label(1), 4);
+        assert_eq!(idx.path(0), PathBuf::from("/data/a.jpg"));
+        assert_eq!(idx.path(2), PathBuf::from("/abs/d.png"));
+    }
+
+    #[test]
+    fn bom_and_crlf() {
+        let idx = parse(b"\xEF\xBB\xBFa.jpg 1\r\nb.jpg 2\r\n").unwrap();
+        assert_eq!(idx.raw_path(0), b"a.jpg");
+        assert_eq!(idx.label(1), 2);
+    }
+
+    #[test]
+    fn malformed_lines_name_the_line() {
+        let err = parse(b"a.jpg 1\nonly_a_path.jpg\n").unwrap_err();
+        assert_eq!(err.to_string().split(':').nth(1), Some("2"));
+        assert!(err.to_string().contains("no label"), "{err}");
+        let err = parse(b"a.jpg x\n").unwrap_err();
+        assert!(err.to_string().contains("list.txt:1: label `x` is not an integer"), "{err}");
+        let err = parse(b"a.jpg -1\n").unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        let err = parse(b"a.jpg 99999999999\n").unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        let err = parse(b"a.jpg 1.5\n").unwrap_err();
+        assert!(err.to_string().contains("not an integer"), "{err}");
+    }
+
+    #[test]
+    fn empty_list_is_an_error() {
+        assert!(parse(b"").is_err());
+        assert!(parse(b"# only a comment\n\n").is_err());
+    }
+
+    #[test]
+    fn duplicates_same_label_kept_conflicting_label_rejected() {
+        let idx = parse(b"a.jpg 1\na.jpg 1\n").unwrap();
+        assert_eq!(idx.len(), 2);
+        let err = parse(b"a.jpg 1\nb.jpg 0\na.jpg 2\n").unwrap_err();
+        assert!(err.to_string().contains("list.txt:3:"), "{err}");
+        assert!(err.to_string().contains("line 1"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_paths_survive() {
+        let idx = parse(b"caf\xE9.jpg 0\n").unwrap();
+        assert_eq!(idx.raw_path(0), b"caf\xE9.jpg");
+    }
+
+    #[test]
+    fn index_is_compact() {
+        let mut list = Vec::new();
+        for i in 0..10_000 {
+            list.extend_from_slice(format!("train/n01440764/n01440764_{i:05}.JPEG\t{}\n", i % 1000).as_bytes());
+        }
+        let idx = parse(&list).unwrap();
+        // 35-byte paths + 12 bytes of offset and label.
+        assert!(idx.heap_bytes() <= 10_000 * 48, "{}", idx.heap_bytes());
+    }
+}

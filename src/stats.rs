@@ -1,0 +1,154 @@
+//! Per-epoch counters: images delivered, samples skipped (with paths and reasons), cache use,
+//! and the time each stage spent working and waiting, so a user can tell whether decoding or
+//! the consumer is the bottleneck.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// At most this many skipped samples are listed by path; the count is always exact.
+pub(crate) const MAX_LISTED_SKIPS: usize = 10_000;
+
+/// A snapshot of one epoch's counters, from [`Loader::stats`](crate::Loader::stats) or
+/// [`Batches::stats`](crate::Batches::stats).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Stats {
+    /// The epoch these counters describe.
+    pub epoch: u64,
+    /// Images delivered in batches.
+    pub images: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Samples skipped under [`OnError::Skip`](crate::OnError::Skip).
+    pub skipped: u64,
+    /// The skipped samples' paths and reasons (the first 10,000).
+    pub skipped_samples: Vec<(PathBuf, String)>,
+    /// Samples read from the on-disk cache instead of decoded.
+    pub cache_hits: u64,
+    /// Seconds since the epoch started (or its length, once it finished).
+    pub seconds: f64,
+    /// Decode threads used.
+    pub decode_threads: usize,
+    /// Prefetch depth used (ready batches queued ahead of the consumer).
+    pub prefetch: usize,
+    /// Summed time the decode threads spent reading, decoding and resizing.
+    pub decode_busy: Duration,
+    /// Summed time the decode threads waited (for the reorder window or the batcher).
+    pub decode_wait: Duration,
+    /// Time the batcher spent waiting for a full prefetch queue (the consumer is slower).
+    pub batcher_wait_consumer: Duration,
+    /// Time the consumer waited inside `next()` (the pipeline is slower).
+    pub consumer_wait: Duration,
+}
+
+impl Stats {
+    /// Images delivered per second of the epoch.
+    pub fn images_per_sec(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.images as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The share of the epoch the consumer spent waiting for batches (0..1). Near 1: the input
+    /// pipeline is the bottleneck (add decode threads or use the cache); near 0: the consumer
+    /// is.
+    pub fn consumer_wait_fraction(&self) -> f64 {
+        if self.seconds > 0.0 {
+            (self.consumer_wait.as_secs_f64() / self.seconds).min(1.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct StatsCell {
+    pub(crate) epoch: AtomicU64,
+    pub(crate) images: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    pub(crate) skipped: AtomicU64,
+    pub(crate) cache_hits: AtomicU64,
+    pub(crate) decode_busy_ns: AtomicU64,
+    pub(crate) decode_wait_ns: AtomicU64,
+    pub(crate) batcher_wait_ns: AtomicU64,
+    pub(crate) consumer_wait_ns: AtomicU64,
+    pub(crate) threads: AtomicU64,
+    pub(crate) prefetch: AtomicU64,
+    pub(crate) skipped_samples: Mutex<Vec<(PathBuf, String)>>,
+    pub(crate) timing: Mutex<(Option<Instant>, Option<Duration>)>,
+}
+
+pub(crate) fn add(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_nanos() as u64, Relaxed);
+}
+
+impl StatsCell {
+    pub(crate) fn reset(&self, epoch: u64, threads: usize, prefetch: usize) {
+        self.epoch.store(epoch, Relaxed);
+        for c in [
+            &self.images,
+            &self.batches,
+            &self.skipped,
+            &self.cache_hits,
+            &self.decode_busy_ns,
+            &self.decode_wait_ns,
+            &self.batcher_wait_ns,
+            &self.consumer_wait_ns,
+        ] {
+            c.store(0, Relaxed);
+        }
+        self.threads.store(threads as u64, Relaxed);
+        self.prefetch.store(prefetch as u64, Relaxed);
+        self.skipped_samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        *self.timing.lock().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), None);
+    }
+
+    pub(crate) fn finish(&self) {
+        let mut t = self.timing.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(start), None) = *t {
+            t.1 = Some(start.elapsed());
+        }
+    }
+
+    pub(crate) fn record_skip(&self, path: PathBuf, reason: String) {
+        self.skipped.fetch_add(1, Relaxed);
+        let mut list = self.skipped_samples.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() < MAX_LISTED_SKIPS {
+            list.push((path, reason));
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        let ns = |c: &AtomicU64| Duration::from_nanos(c.load(Relaxed));
+        let (start, done) = *self.timing.lock().unwrap_or_else(|e| e.into_inner());
+        let seconds = done
+            .or_else(|| start.map(|s| s.elapsed()))
+            .map_or(0.0, |d| d.as_secs_f64());
+        Stats {
+            epoch: self.epoch.load(Relaxed),
+            images: self.images.load(Relaxed),
+            batches: self.batches.load(Relaxed),
+            skipped: self.skipped.load(Relaxed),
+            skipped_samples: self
+                .skipped_samples
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            cache_hits: self.cache_hits.load(Relaxed),
+            seconds,
+            decode_threads: self.threads.load(Relaxed) as usize,
+            prefetch: self.prefetch.load(Relaxed) as usize,
+            decode_busy: ns(&self.decode_busy_ns),
+            decode_wait: ns(&self.decode_wait_ns),
+            batcher_wait_consumer: ns(&self.batcher_wait_ns),
+            consumer_wait: ns(&self.consumer_wait_ns),
+        }
+    }
+}

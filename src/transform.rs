@@ -1,0 +1,395 @@
+//! The transform stage: resize a decoded image to the output size (`u8`), apply its EXIF
+//! orientation, and — once, when the batcher writes a sample into the batch — normalize it to
+//! the output dtype and layout.
+
+use fast_image_resize as fir;
+use half::{bf16, f16};
+
+use crate::decode::Decoded;
+
+/// How an image is fitted to the output size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ResizeMode {
+    /// Scale each axis to the output size, ignoring the aspect ratio: what
+    /// `tf.image.resize(img, [160, 160])` does. The default.
+    #[default]
+    Stretch,
+    /// Crop the largest centred region with the output's aspect ratio (for a square output,
+    /// the centred square on the shorter side), then scale it to the output size.
+    ShorterSideCenterCrop,
+}
+
+/// The element type of the batch images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Dtype {
+    /// 32-bit float, `x / 255` then `(x - mean) / std` per channel. The default.
+    #[default]
+    F32,
+    /// IEEE half precision (half the memory of `F32`), same values rounded.
+    F16,
+    /// bfloat16 (half the memory of `F32`, `F32`'s range), same values rounded.
+    Bf16,
+    /// The raw `u8` pixels, no normalization (a quarter of `F32`'s memory).
+    U8,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::U8 => 1,
+        }
+    }
+    /// The lowercase name (`"f32"`, `"f16"`, `"bf16"`, `"u8"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+            Dtype::U8 => "u8",
+        }
+    }
+}
+
+/// The memory layout of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Layout {
+    /// `[batch, height, width, channels]`, as TensorFlow. The default.
+    #[default]
+    Nhwc,
+    /// `[batch, channels, height, width]`, as PyTorch.
+    Nchw,
+}
+
+/// Output size and fit: what the resize produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    pub(crate) mode: ResizeMode,
+}
+
+impl Geometry {
+    /// Bytes of one `u8` RGB sample.
+    pub(crate) fn sample_len(&self) -> usize {
+        self.width as usize * self.height as usize * 3
+    }
+
+    /// The largest DCT scale denominator (8, 4, 2 or 1) at which a `w`×`h` JPEG (stored
+    /// orientation) still covers the output size on both axes after cropping.
+    pub(crate) fn dct_denominator(&self, w: u32, h: u32, orientation: u8) -> u32 {
+        // The target in the stored frame's axes: orientations 5..8 swap width and height.
+        let (tw, th) = if orientation >= 5 {
+            (self.height, self.width)
+        } else {
+            (self.width, self.height)
+        };
+        for d in [8u32, 4, 2] {
+            let (sw, sh) = (w.div_ceil(d), h.div_ceil(d));
+            let (rw, rh) = self.covered_region(sw, sh, tw, th);
+            if rw + 1e-9 >= f64::from(tw) && rh + 1e-9 >= f64::from(th) {
+                return d;
+            }
+        }
+        1
+    }
+
+    /// The region of a `w`×`h` source that the resize reads for a `tw`×`th` target.
+    fn covered_region(&self, w: u32, h: u32, tw: u32, th: u32) -> (f64, f64) {
+        let (w, h) = (f64::from(w), f64::from(h));
+        match self.mode {
+            ResizeMode::Stretch => (w, h),
+            ResizeMode::ShorterSideCenterCrop => {
+                let aspect = f64::from(tw) / f64::from(th);
+                (w.min(h * aspect), h.min(w / aspect))
+            }
+        }
+    }
+}
+
+/// A per-worker resizer with its scratch buffer.
+#[derive(Default)]
+pub(crate) struct Resizer {
+    inner: fir::Resizer,
+    tmp: Vec<u8>,
+}
+
+impl Resizer {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Resizes `src` to the output size and applies its orientation, writing RGB8 HWC into
+    /// `out` (`geom.sample_len()` bytes).
+    pub(crate) fn resize_orient(
+        &mut self,
+        src: &Decoded<'_>,
+        geom: &Geometry,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        if out.len() != geom.sample_len() {
+            return Err(format!("output buffer of {} bytes, expected {}", out.len(), geom.sample_len()));
+        }
+        let o = src.orientation;
+        // Resize in the stored frame's axes, then orient the small result.
+        let (rw, rh) = if o >= 5 {
+            (geom.height, geom.width)
+        } else {
+            (geom.width, geom.height)
+        };
+        if o <= 1 {
+            return self.resize(src, rw, rh, geom.mode, out);
+        }
+        let mut tmp = std::mem::take(&mut self.tmp);
+        tmp.resize(geom.sample_len(), 0);
+        let r = self.resize(src, rw, rh, geom.mode, &mut tmp);
+        if r.is_ok() {
+            orient(&tmp, rw as usize, rh as usize, o, out);
+        }
+        self.tmp = tmp;
+        r
+    }
+
+    fn resize(
+        &mut self,
+        src: &Decoded<'_>,
+        w: u32,
+        h: u32,
+        mode: ResizeMode,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        if src.width == w && src.height == h {
+            out.copy_from_slice(src.rgb);
+            return Ok(());
+        }
+        let s = fir::images::ImageRef::new(src.width, src.height, src.rgb, fir::PixelType::U8x3)
+            .map_err(|e| format!("resize: {e}"))?;
+        let mut d = fir::images::Image::from_slice_u8(w, h, out, fir::PixelType::U8x3)
+            .map_err(|e| format!("resize: {e}"))?;
+        let mut opts = fir::ResizeOptions::new()
+            .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear));
+        if mode == ResizeMode::ShorterSideCenterCrop {
+            opts = opts.fit_into_destination(Some((0.5, 0.5)));
+        }
+        self.inner
+            .resize(&s, &mut d, &opts)
+            .map_err(|e| format!("resize: {e}"))
+    }
+}
+
+/// Applies EXIF orientation `o` (2..=8) to a `w`×`h` RGB8 image. For 5..=8 the output is
+/// `h`×`w`.
+pub(crate) fn orient(src: &[u8], w: usize, h: usize, o: u8, dst: &mut [u8]) {
+    let (dw, dh) = if o >= 5 { (h, w) } else { (w, h) };
+    for y in 0..dh {
+        for x in 0..dw {
+            let (sx, sy) = match o {
+                2 => (w - 1 - x, y),
+                3 => (w - 1 - x, h - 1 - y),
+                4 => (x, h - 1 - y),
+                5 => (y, x),
+                6 => (y, h - 1 - x),
+                7 => (w - 1 - y, h - 1 - x),
+                8 => (w - 1 - y, x),
+                _ => (x, y),
+            };
+            let s = (sy * w + sx) * 3;
+            let d = (y * dw + x) * 3;
+            dst[d..d + 3].copy_from_slice(&src[s..s + 3]);
+        }
+    }
+}
+
+/// Per-channel normalization `(x / 255 - mean) / std`, as lookup tables per output dtype.
+#[derive(Debug, Clone)]
+pub(crate) struct Normalizer {
+    layout: Layout,
+    lut_f32: [[f32; 256]; 3],
+    lut_f16: [[f16; 256]; 3],
+    lut_bf16: [[bf16; 256]; 3],
+}
+
+impl Normalizer {
+    pub(crate) fn new(mean: [f32; 3], std: [f32; 3], layout: Layout) -> Self {
+        let mut lut_f32 = [[0f32; 256]; 3];
+        for c in 0..3 {
+            for v in 0..256 {
+                lut_f32[c][v] = (v as f32 / 255.0 - mean[c]) / std[c];
+            }
+        }
+        let lut_f16 = lut_f32.map(|ch| ch.map(f16::from_f32));
+        let lut_bf16 = lut_f32.map(|ch| ch.map(bf16::from_f32));
+        Normalizer {
+            layout,
+            lut_f32,
+            lut_f16,
+            lut_bf16,
+        }
+    }
+
+    /// Writes one `u8` HWC sample into image `slot` of a batch buffer.
+    pub(crate) fn write(&self, sample: &[u8], out: &mut BatchStorage, slot: usize) {
+        let n = sample.len();
+        let range = slot * n..(slot + 1) * n;
+        match out {
+            BatchStorage::F32(v) => self.write_with(sample, &mut v[range], &self.lut_f32),
+            BatchStorage::F16(v) => self.write_with(sample, &mut v[range], &self.lut_f16),
+            BatchStorage::Bf16(v) => self.write_with(sample, &mut v[range], &self.lut_bf16),
+            BatchStorage::U8(v) => {
+                let lut = [std::array::from_fn(|i| i as u8); 3];
+                self.write_with(sample, &mut v[range], &lut)
+            }
+        }
+    }
+
+    fn write_with<T: Copy>(&self, sample: &[u8], out: &mut [T], lut: &[[T; 256]; 3]) {
+        match self.layout {
+            Layout::Nhwc => {
+                for (s, d) in sample.chunks_exact(3).zip(out.chunks_exact_mut(3)) {
+                    d[0] = lut[0][usize::from(s[0])];
+                    d[1] = lut[1][usize::from(s[1])];
+                    d[2] = lut[2][usize::from(s[2])];
+                }
+            }
+            Layout::Nchw => {
+                let plane = sample.len() / 3;
+                let (r, rest) = out.split_at_mut(plane);
+                let (g, b) = rest.split_at_mut(plane);
+                for (i, s) in sample.chunks_exact(3).enumerate() {
+                    r[i] = lut[0][usize::from(s[0])];
+                    g[i] = lut[1][usize::from(s[1])];
+                    b[i] = lut[2][usize::from(s[2])];
+                }
+            }
+        }
+    }
+}
+
+/// The images of one batch, in the output dtype.
+#[derive(Debug)]
+pub(crate) enum BatchStorage {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+    U8(Vec<u8>),
+}
+
+impl BatchStorage {
+    pub(crate) fn new(dtype: Dtype, len: usize) -> Self {
+        match dtype {
+            Dtype::F32 => BatchStorage::F32(vec![0.0; len]),
+            Dtype::F16 => BatchStorage::F16(vec![f16::ZERO; len]),
+            Dtype::Bf16 => BatchStorage::Bf16(vec![bf16::ZERO; len]),
+            Dtype::U8 => BatchStorage::U8(vec![0; len]),
+        }
+    }
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        fn bytes<T>(v: &[T]) -> &[u8] {
+            // SAFETY: f32, f16, bf16 and u8 have no padding and every byte is initialized; the
+            // returned slice covers exactly the same memory with u8's alignment of 1.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        match self {
+            BatchStorage::F32(v) => bytes(v),
+            BatchStorage::F16(v) => bytes(v),
+            BatchStorage::Bf16(v) => bytes(v),
+            BatchStorage::U8(v) => v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn geom(w: u32, h: u32, mode: ResizeMode) -> Geometry {
+        Geometry {
+            width: w,
+            height: h,
+            mode,
+        }
+    }
+
+    #[test]
+    fn dct_scale_checks_both_axes() {
+        let g = geom(160, 160, ResizeMode::Stretch);
+        assert_eq!(g.dct_denominator(1280, 1280, 1), 8);
+        assert_eq!(g.dct_denominator(500, 375, 1), 2);
+        // A wide image: the short axis decides (jpeg-decoder's one-axis rule would pick 1/8).
+        assert_eq!(g.dct_denominator(2000, 300, 1), 1);
+        assert_eq!(g.dct_denominator(100, 100, 1), 1);
+        // Crop mode covers only the centred square.
+        let c = geom(160, 160, ResizeMode::ShorterSideCenterCrop);
+        assert_eq!(c.dct_denominator(2000, 640, 1), 4);
+        // Non-square output with a rotated image.
+        let r = geom(320, 80, ResizeMode::Stretch);
+        assert_eq!(r.dct_denominator(320, 640, 6), 2);
+        assert_eq!(r.dct_denominator(320, 640, 1), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn dct_scale_always_covers_target(w in 1u32..5000, h in 1u32..5000, tw in 1u32..400, th in 1u32..400, o in 1u8..=8, crop: bool) {
+            let mode = if crop { ResizeMode::ShorterSideCenterCrop } else { ResizeMode::Stretch };
+            let g = geom(tw, th, mode);
+            let d = g.dct_denominator(w, h, o);
+            prop_assert!(matches!(d, 1 | 2 | 4 | 8));
+            if d > 1 {
+                let (tw, th) = if o >= 5 { (th, tw) } else { (tw, th) };
+                let (rw, rh) = g.covered_region(w.div_ceil(d), h.div_ceil(d), tw, th);
+                prop_assert!(rw + 1e-9 >= f64::from(tw) && rh + 1e-9 >= f64::from(th));
+            }
+        }
+    }
+
+    #[test]
+    fn orientations_match_their_definitions() {
+        // 3x2 image with distinct pixels p(x, y) = 10*y + x.
+        let (w, h) = (3usize, 2usize);
+        let src: Vec<u8> = (0..h).flat_map(|y| (0..w).flat_map(move |x| [(10 * y + x) as u8; 3])).collect();
+        let px = |img: &[u8], dw: usize, x: usize, y: usize| img[(y * dw + x) * 3];
+        let mut dst = vec![0u8; w * h * 3];
+        orient(&src, w, h, 6, &mut dst); // rotate 90° clockwise: 2x3
+        assert_eq!(px(&dst, 2, 0, 0), 10); // bottom-left goes to top-left
+        assert_eq!(px(&dst, 2, 1, 0), 0);
+        assert_eq!(px(&dst, 2, 1, 2), 2);
+        orient(&src, w, h, 8, &mut dst); // rotate 90° counter-clockwise
+        assert_eq!(px(&dst, 2, 0, 0), 2); // top-right goes to top-left
+        orient(&src, w, h, 3, &mut dst);
+        assert_eq!(px(&dst, 3, 0, 0), 12);
+        orient(&src, w, h, 2, &mut dst);
+        assert_eq!(px(&dst, 3, 0, 0), 2);
+        orient(&src, w, h, 5, &mut dst);
+        assert_eq!(px(&dst, 2, 1, 0), 10);
+        orient(&src, w, h, 7, &mut dst);
+        assert_eq!(px(&dst, 2, 0, 0), 12);
+    }
+
+    #[test]
+    fn normalize_layouts_and_dtypes() {
+        let n = Normalizer::new([0.0; 3], [1.0; 3], Layout::Nhwc);
+        let sample = [0u8, 51, 255, 255, 0, 102];
+        let mut out = BatchStorage::new(Dtype::F32, 12);
+        n.write(&sample, &mut out, 1);
+        let BatchStorage::F32(v) = &out else { unreachable!() };
+        assert_eq!(&v[6..], &[0.0, 0.2, 1.0, 1.0, 0.0, 0.4]);
+        let n = Normalizer::new([0.5; 3], [0.5; 3], Layout::Nchw);
+        let mut out = BatchStorage::new(Dtype::F32, 6);
+        n.write(&sample, &mut out, 0);
+        let BatchStorage::F32(v) = &out else { unreachable!() };
+        assert_eq!(v, &[-1.0, 1.0, -0.8, -1.0, 1.0, -0.6]);
+        let mut out = BatchStorage::new(Dtype::Bf16, 6);
+        n.write(&sample, &mut out, 0);
+        let BatchStorage::Bf16(v) = &out else { unreachable!() };
+        assert_eq!(v[1], bf16::from_f32(1.0));
+        let mut out = BatchStorage::new(Dtype::U8, 6);
+        n.write(&sample, &mut out, 0);
+        assert_eq!(out.as_bytes(), &[0, 255, 51, 0, 255, 102]);
+    }
+}
