@@ -122,7 +122,12 @@ pub struct Batch {
 }
 
 impl Batch {
-    pub(crate) fn new(parts: BatchParts, format: BatchFormat, epoch: u64, pool: Sender<BatchParts>) -> Self {
+    pub(crate) fn new(
+        parts: BatchParts,
+        format: BatchFormat,
+        epoch: u64,
+        pool: Sender<BatchParts>,
+    ) -> Self {
         Batch {
             parts: Some(parts),
             format,

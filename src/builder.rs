@@ -5,7 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::decode::{DecodeSettings, JpegDecoder, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES, SMALL_DECODE_BYTES};
+use crate::decode::{
+    DecodeSettings, JpegDecoder, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES, SMALL_DECODE_BYTES,
+};
 use crate::error::{Error, OnError};
 use crate::loader::Loader;
 use crate::source::Source;
@@ -172,8 +174,7 @@ impl MemoryBudget {
         let sample = cfg.sample_len() as u64;
         let threads = cfg.threads() as u64;
         let n = source.len() as u64;
-        let batch = (cfg.batch_elems() * cfg.dtype.size()) as u64
-            + cfg.batch_size as u64 * (4 + 8);
+        let batch = (cfg.batch_elems() * cfg.dtype.size()) as u64 + cfg.batch_size as u64 * (4 + 8);
         MemoryBudget {
             index_bytes: source.heap_bytes() + n * 4,
             in_flight_bytes: cfg.reorder_window() as u64 * sample,
@@ -422,10 +423,18 @@ impl LoaderBuilder {
             return Err(Error::config("batch_size", "must be at least 1"));
         }
         if cfg.height == 0 || cfg.width == 0 || cfg.height > 8192 || cfg.width > 8192 {
-            return Err(Error::config("image_size", "each side must be 1..=8192 pixels"));
+            return Err(Error::config(
+                "image_size",
+                "each side must be 1..=8192 pixels",
+            ));
         }
-        if cfg.std.iter().any(|s| !s.is_finite() || *s == 0.0) || cfg.mean.iter().any(|m| !m.is_finite()) {
-            return Err(Error::config("normalize", "mean must be finite and std finite and non-zero"));
+        if cfg.std.iter().any(|s| !s.is_finite() || *s == 0.0)
+            || cfg.mean.iter().any(|m| !m.is_finite())
+        {
+            return Err(Error::config(
+                "normalize",
+                "mean must be finite and std finite and non-zero",
+            ));
         }
         if cfg.prefetch == 0 {
             return Err(Error::config("prefetch", "must be at least 1"));
@@ -433,7 +442,11 @@ impl LoaderBuilder {
         if cfg.max_pixels == 0 {
             return Err(Error::config("max_pixels", "must be at least 1"));
         }
-        if cfg.batch_elems().checked_mul(cfg.dtype.size()).is_none_or(|b| b > (1 << 40)) {
+        if cfg
+            .batch_elems()
+            .checked_mul(cfg.dtype.size())
+            .is_none_or(|b| b > (1 << 40))
+        {
             return Err(Error::config("batch_size", "a batch would exceed 1 TiB"));
         }
         if cfg.jpeg_decoder == JpegDecoder::TurboJpeg && !cfg!(feature = "turbojpeg") {
@@ -454,14 +467,25 @@ impl LoaderBuilder {
             }
         }
         let staging = crate::prefetch::Staging::open(cfg)?;
-        Ok(Loader::new(Arc::new(self.source), Arc::new(self.cfg), budget, staging))
+        Ok(Loader::new(
+            Arc::new(self.source),
+            Arc::new(self.cfg),
+            budget,
+            staging,
+        ))
     }
 }
 
 fn what_to_lower(b: &MemoryBudget) -> &'static str {
     let parts = [
-        (b.large_image_bytes, "lower max_pixels (one large image is decoded at a time)"),
-        (b.batch_bytes, "lower batch_size or prefetch, or use a smaller dtype (f16, bf16, u8)"),
+        (
+            b.large_image_bytes,
+            "lower max_pixels (one large image is decoded at a time)",
+        ),
+        (
+            b.batch_bytes,
+            "lower batch_size or prefetch, or use a smaller dtype (f16, bf16, u8)",
+        ),
         (b.shuffle_buffer_bytes, "lower shuffle_buffer"),
         (b.decode_scratch_bytes, "lower decode_threads"),
         (b.in_flight_bytes, "lower decode_threads"),
@@ -484,28 +508,49 @@ mod tests {
     #[test]
     fn defaults_match_the_docs() {
         let c = Config::default();
-        assert_eq!((c.batch_size, c.height, c.width, c.prefetch), (64, 160, 160, 2));
+        assert_eq!(
+            (c.batch_size, c.height, c.width, c.prefetch),
+            (64, 160, 160, 2)
+        );
         assert_eq!(c.max_pixels, 100_000_000);
         assert_eq!(c.on_error, OnError::Fail);
     }
 
     #[test]
     fn invalid_settings_name_the_setting() {
-        let e = LoaderBuilder::new(source()).batch_size(0).build().unwrap_err();
+        let e = LoaderBuilder::new(source())
+            .batch_size(0)
+            .build()
+            .unwrap_err();
         assert!(e.to_string().contains("batch_size"), "{e}");
-        let e = LoaderBuilder::new(source()).image_size(0).build().unwrap_err();
+        let e = LoaderBuilder::new(source())
+            .image_size(0)
+            .build()
+            .unwrap_err();
         assert!(e.to_string().contains("image_size"), "{e}");
-        let e = LoaderBuilder::new(source()).normalize([0.0; 3], [0.0, 1.0, 1.0]).build().unwrap_err();
+        let e = LoaderBuilder::new(source())
+            .normalize([0.0; 3], [0.0, 1.0, 1.0])
+            .build()
+            .unwrap_err();
         assert!(e.to_string().contains("normalize"), "{e}");
-        let e = LoaderBuilder::new(source()).prefetch(0).build().unwrap_err();
+        let e = LoaderBuilder::new(source())
+            .prefetch(0)
+            .build()
+            .unwrap_err();
         assert!(e.to_string().contains("prefetch"), "{e}");
     }
 
     #[test]
     fn memory_limit_names_what_to_lower() {
-        let e = LoaderBuilder::new(source()).host_memory_limit(10_000_000).build().unwrap_err();
+        let e = LoaderBuilder::new(source())
+            .host_memory_limit(10_000_000)
+            .build()
+            .unwrap_err();
         assert!(e.to_string().contains("max_pixels"), "{e}");
-        let b = LoaderBuilder::new(source()).max_pixels(1_000_000).batch_size(512).memory_budget();
+        let b = LoaderBuilder::new(source())
+            .max_pixels(1_000_000)
+            .batch_size(512)
+            .memory_budget();
         let e = LoaderBuilder::new(source())
             .max_pixels(1_000_000)
             .batch_size(512)
@@ -513,15 +558,27 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("batch_size"), "{e}");
-        assert!(LoaderBuilder::new(source()).max_pixels(1_000_000).batch_size(512).host_memory_limit(b.total()).build().is_ok());
+        assert!(LoaderBuilder::new(source())
+            .max_pixels(1_000_000)
+            .batch_size(512)
+            .host_memory_limit(b.total())
+            .build()
+            .is_ok());
     }
 
     #[test]
     fn budget_grows_with_the_settings_that_cost_memory() {
         let base = LoaderBuilder::new(source()).memory_budget();
-        let more = LoaderBuilder::new(source()).shuffle_buffer(1000).memory_budget();
-        assert_eq!(more.shuffle_buffer_bytes - base.shuffle_buffer_bytes, 1000 * 76_800);
-        let half = LoaderBuilder::new(source()).dtype(Dtype::F16).memory_budget();
+        let more = LoaderBuilder::new(source())
+            .shuffle_buffer(1000)
+            .memory_budget();
+        assert_eq!(
+            more.shuffle_buffer_bytes - base.shuffle_buffer_bytes,
+            1000 * 76_800
+        );
+        let half = LoaderBuilder::new(source())
+            .dtype(Dtype::F16)
+            .memory_budget();
         assert!(half.batch_bytes < base.batch_bytes * 6 / 10);
     }
 }

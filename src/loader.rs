@@ -49,7 +49,12 @@ impl Loader {
         LoaderBuilder::new(source)
     }
 
-    pub(crate) fn new(source: Arc<Source>, cfg: Arc<Config>, budget: MemoryBudget, staging: Staging) -> Self {
+    pub(crate) fn new(
+        source: Arc<Source>,
+        cfg: Arc<Config>,
+        budget: MemoryBudget,
+        staging: Staging,
+    ) -> Self {
         Loader {
             source,
             cfg,

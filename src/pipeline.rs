@@ -93,12 +93,18 @@ impl Window {
     }
 
     fn release(&self, released: usize) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).released = released;
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .released = released;
         self.moved.notify_all();
     }
 
     pub(crate) fn cancel(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).cancelled = true;
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cancelled = true;
         self.moved.notify_all();
     }
 }
@@ -133,7 +139,10 @@ pub(crate) struct Running {
 pub(crate) fn plan(cfg: &Config, len: usize, epoch: u64) -> Vec<u32> {
     let n = len as u32;
     if cfg.shuffle {
-        rng::permutation(n, &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION))
+        rng::permutation(
+            n,
+            &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION),
+        )
     } else {
         (0..n).collect()
     }
@@ -264,9 +273,13 @@ impl Sink<'_> {
         let label = self.shared.source.index.label(index as usize);
         let (format, pool_rx) = (self.format, &self.pool.1);
         let full = self.batcher.add(&pixels, label, u64::from(index), || {
-            pool_rx
-                .try_recv()
-                .unwrap_or_else(|_| BatchParts::new(format.dtype, format.batch_size, format.height * format.width * 3))
+            pool_rx.try_recv().unwrap_or_else(|_| {
+                BatchParts::new(
+                    format.dtype,
+                    format.batch_size,
+                    format.height * format.width * 3,
+                )
+            })
         });
         let _ = self.shared.samples.0.try_send(pixels);
         match full {
@@ -299,9 +312,9 @@ fn batch_loop(shared: &EpochShared, rx: &Receiver<Loaded>, out: &Sender<Result<B
         shared.window.cancel();
         let _ = out.send(Err(e));
     };
-    if let Err(e) = catch_unwind(AssertUnwindSafe(|| batch_loop_inner(shared, rx, out))).unwrap_or_else(|p| {
-        Err(Error::worker_panicked("batch", None, &*p))
-    }) {
+    if let Err(e) = catch_unwind(AssertUnwindSafe(|| batch_loop_inner(shared, rx, out)))
+        .unwrap_or_else(|p| Err(Error::worker_panicked("batch", None, &*p)))
+    {
         stop(e);
     }
     shared.window.cancel();
@@ -360,7 +373,10 @@ fn batch_loop_inner(
                         log::warn!("skipping sample {}: {e}", msg.index);
                         shared.stats.record_skip(path, e.to_string());
                         if skipped > max {
-                            return Err(Error::new(ErrorKind::TooManyFailures { skipped, last: e }));
+                            return Err(Error::new(ErrorKind::TooManyFailures {
+                                skipped,
+                                last: e,
+                            }));
                         }
                     }
                     _ => return Err(e),

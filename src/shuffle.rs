@@ -52,6 +52,7 @@ impl<T> ShuffleBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::Rng;
     use proptest::prelude::*;
 
     fn run(input: Vec<u32>, cap: usize, seed: u64) -> Vec<u32> {

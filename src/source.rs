@@ -144,10 +144,7 @@ impl Source {
     pub fn from_list_file(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
         let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let base = path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let index = parse_list(path, base, &data)?;
         Ok(Source { index })
     }
@@ -191,7 +188,10 @@ impl Source {
             }
         }
         if index.len() == 0 {
-            return Err(Error::source(dir, "the class folders hold no .jpg, .jpeg or .png file"));
+            return Err(Error::source(
+                dir,
+                "the class folders hold no .jpg, .jpeg or .png file",
+            ));
         }
         check_count(&index)?;
         index.class_names = Some(classes.into_iter().map(|(n, _)| n).collect());
@@ -301,7 +301,11 @@ fn check_count(index: &FileIndex) -> Result<(), Error> {
     if index.len() > u32::MAX as usize {
         return Err(Error::source(
             &index.origin,
-            format!("{} samples: at most {} are supported", index.len(), u32::MAX),
+            format!(
+                "{} samples: at most {} are supported",
+                index.len(),
+                u32::MAX
+            ),
         ));
     }
     Ok(())
@@ -406,8 +410,13 @@ fn parse_label(field: &[u8]) -> Result<u32, String> {
     let text = String::from_utf8_lossy(field);
     let digits = field.strip_prefix(b"+").unwrap_or(field);
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        if field.first() == Some(&b'-') && field[1..].iter().all(u8::is_ascii_digit) && field.len() > 1 {
-            return Err(format!("label `{text}` is out of range: labels must be 0 or more"));
+        if field.first() == Some(&b'-')
+            && field[1..].iter().all(u8::is_ascii_digit)
+            && field.len() > 1
+        {
+            return Err(format!(
+                "label `{text}` is out of range: labels must be 0 or more"
+            ));
         }
         return Err(format!("label `{text}` is not an integer"));
     }
@@ -416,7 +425,10 @@ fn parse_label(field: &[u8]) -> Result<u32, String> {
     for &d in digits {
         v = v * 10 + u64::from(d - b'0');
         if v > u64::from(u32::MAX) {
-            return Err(format!("label `{text}` is out of range (at most {})", u32::MAX));
+            return Err(format!(
+                "label `{text}` is out of range (at most {})",
+                u32::MAX
+            ));
         }
     }
     Ok(v as u32)
@@ -455,7 +467,11 @@ mod tests {
         assert_eq!(err.to_string().split(':').nth(1), Some("2"));
         assert!(err.to_string().contains("no label"), "{err}");
         let err = parse(b"a.jpg x\n").unwrap_err();
-        assert!(err.to_string().contains("list.txt:1: label `x` is not an integer"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("list.txt:1: label `x` is not an integer"),
+            "{err}"
+        );
         let err = parse(b"a.jpg -1\n").unwrap_err();
         assert!(err.to_string().contains("out of range"), "{err}");
         let err = parse(b"a.jpg 99999999999\n").unwrap_err();
@@ -490,7 +506,9 @@ mod tests {
     fn index_is_compact() {
         let mut list = Vec::new();
         for i in 0..10_000 {
-            list.extend_from_slice(format!("train/n01440764/n01440764_{i:05}.JPEG\t{}\n", i % 1000).as_bytes());
+            list.extend_from_slice(
+                format!("train/n01440764/n01440764_{i:05}.JPEG\t{}\n", i % 1000).as_bytes(),
+            );
         }
         let idx = parse(&list).unwrap();
         // 35-byte paths + 12 bytes of offset and label.

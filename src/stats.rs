@@ -119,7 +119,10 @@ impl StatsCell {
 
     pub(crate) fn record_skip(&self, path: PathBuf, reason: String) {
         self.skipped.fetch_add(1, Relaxed);
-        let mut list = self.skipped_samples.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = self
+            .skipped_samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if list.len() < MAX_LISTED_SKIPS {
             list.push((path, reason));
         }

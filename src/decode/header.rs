@@ -152,7 +152,8 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
                 });
             }
             0xDA => {
-                let mut i = info.ok_or_else(|| String::from("scan before the frame header (SOF)"))?;
+                let mut i =
+                    info.ok_or_else(|| String::from("scan before the frame header (SOF)"))?;
                 i.adobe_transform = adobe;
                 i.orientation = orientation;
                 return Ok(i);
@@ -246,7 +247,10 @@ mod tests {
     #[test]
     fn reads_size_from_sof() {
         let i = jpeg_info(&sof(640, 480, 3, 0xC0)).unwrap();
-        assert_eq!((i.width, i.height, i.components, i.progressive), (640, 480, 3, false));
+        assert_eq!(
+            (i.width, i.height, i.components, i.progressive),
+            (640, 480, 3, false)
+        );
         let i = jpeg_info(&sof(65000, 65000, 3, 0xC2)).unwrap();
         assert_eq!((i.width, i.height, i.progressive), (65000, 65000, true));
     }
@@ -265,11 +269,13 @@ mod tests {
     fn exif_orientation_both_byte_orders() {
         // II, IFD at 8, one entry: 0x0112 SHORT 1 value 6.
         let le = [
-            b'I', b'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0,
+            b'I', b'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0,
+            0,
         ];
         assert_eq!(exif_orientation(&le), Some(6));
         let be = [
-            b'M', b'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 0,
+            b'M', b'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0,
+            0,
         ];
         assert_eq!(exif_orientation(&be), Some(3));
         assert_eq!(exif_orientation(&le[..15]), None);

@@ -199,7 +199,11 @@ impl Decoder {
             let mut resizer = std::mem::take(&mut self.resizer);
             let r = self
                 .decode(bytes, path, geom, gate_held, gate)
-                .and_then(|d| resizer.resize_orient(&d, geom, out).map_err(|m| fail(path, m)));
+                .and_then(|d| {
+                    resizer
+                        .resize_orient(&d, geom, out)
+                        .map_err(|m| fail(path, m))
+                });
             self.resizer = resizer;
             r
         };
@@ -263,7 +267,8 @@ impl Decoder {
         gate_held: bool,
         gate: &LargeGate,
     ) -> Result<Decoded<'a>, Error> {
-        let info = header::jpeg_info(bytes).map_err(|m| fail(path, format!("invalid JPEG: {m}")))?;
+        let info =
+            header::jpeg_info(bytes).map_err(|m| fail(path, format!("invalid JPEG: {m}")))?;
         self.check_pixels(path, info.width, info.height)?;
         let orientation = if self.settings.apply_exif {
             info.orientation
@@ -372,7 +377,9 @@ impl Decoder {
         let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), opts);
         let zerr = |e: zune_jpeg::errors::DecodeErrors| fail(path, format!("zune-jpeg: {e}"));
         d.decode_headers().map_err(zerr)?;
-        let zi = d.info().ok_or_else(|| fail(path, "zune-jpeg: no image info"))?;
+        let zi = d
+            .info()
+            .ok_or_else(|| fail(path, "zune-jpeg: no image info"))?;
         let (w, h) = (u32::from(zi.width), u32::from(zi.height));
         self.check_pixels(path, w, h)?;
         let size = w as usize * h as usize * 3;
@@ -394,7 +401,8 @@ impl Decoder {
     ) -> Result<Decoded<'a>, Error> {
         use image::{ColorType, ImageDecoder};
         let perr = |e: image::ImageError| fail(path, format!("PNG: {e}"));
-        let mut dec = image::codecs::png::PngDecoder::new(std::io::Cursor::new(bytes)).map_err(perr)?;
+        let mut dec =
+            image::codecs::png::PngDecoder::new(std::io::Cursor::new(bytes)).map_err(perr)?;
         let (w, h) = dec.dimensions();
         self.check_pixels(path, w, h)?;
         let mut limits = image::Limits::default();
@@ -422,7 +430,12 @@ impl Decoder {
             ColorType::Rgba16 => expand(src, dst, 8, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
             ColorType::L16 => expand(src, dst, 2, |p| [hi(p, 0); 3]),
             ColorType::La16 => expand(src, dst, 4, |p| [hi(p, 0); 3]),
-            other => return Err(fail(path, format!("PNG colour type {other:?} is not supported"))),
+            other => {
+                return Err(fail(
+                    path,
+                    format!("PNG colour type {other:?} is not supported"),
+                ))
+            }
         }
         let orientation = if self.settings.apply_exif {
             header::png_exif_orientation(bytes).unwrap_or(1)
@@ -473,7 +486,11 @@ pub(crate) fn jpeg_working_set(info: &JpegInfo, scale: u32, turbo: bool) -> u64 
     let out = out_px * if info.components == 4 { 7 } else { 3 };
     let comps = u64::from(info.components);
     // Progressive files keep every coefficient (2 bytes each) of the whole frame.
-    let coefficients = if info.progressive { w * h * comps * 2 } else { w * 16 * comps * 4 };
+    let coefficients = if info.progressive {
+        w * h * comps * 2
+    } else {
+        w * 16 * comps * 4
+    };
     let zune_extra = if turbo { 0 } else { w * h * comps };
     out + coefficients + zune_extra
 }
