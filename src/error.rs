@@ -145,6 +145,15 @@ impl Error {
         matches!(&*self.0, ErrorKind::Io { .. } | ErrorKind::Decode { .. })
     }
 
+    /// The cause without the path, for recording a failed sample.
+    pub(crate) fn reason(&self) -> String {
+        match &*self.0 {
+            ErrorKind::Io { source, .. } => source.to_string(),
+            ErrorKind::Decode { source, .. } => source.to_string(),
+            _ => self.to_string(),
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::new(ErrorKind::Io {
             path: path.into(),

@@ -56,6 +56,7 @@
 
 mod batch;
 mod builder;
+mod cache;
 pub mod corpus;
 mod decode;
 mod error;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::batch::Batch;
+use crate::cache::Cache;
 use crate::builder::{Config, Device, LoaderBuilder, MemoryBudget};
 use crate::decode::LargeGate;
 use crate::error::Error;
@@ -41,6 +42,7 @@ pub struct Loader {
     stats: Arc<StatsCell>,
     gate: Arc<LargeGate>,
     staging: Staging,
+    cache: Option<Arc<Cache>>,
 }
 
 impl Loader {
@@ -54,6 +56,7 @@ impl Loader {
         cfg: Arc<Config>,
         budget: MemoryBudget,
         staging: Staging,
+        cache: Option<Arc<Cache>>,
     ) -> Self {
         Loader {
             source,
@@ -62,6 +65,7 @@ impl Loader {
             stats: Arc::new(StatsCell::default()),
             gate: Arc::new(LargeGate::default()),
             staging,
+            cache,
         }
     }
 
@@ -75,6 +79,7 @@ impl Loader {
             self.source.clone(),
             self.stats.clone(),
             self.gate.clone(),
+            self.cache.clone(),
             epoch,
         );
         match started {
@@ -129,6 +134,11 @@ impl Loader {
     /// Where batches are delivered (the host, after a fallback from an unusable GPU).
     pub fn device(&self) -> Device {
         self.staging.device()
+    }
+
+    /// Bytes of the complete on-disk cache, if the loader has one.
+    pub fn cache_size_on_disk(&self) -> Option<u64> {
+        self.cache.as_ref().and_then(|c| c.size_on_disk())
     }
 
     /// Decode threads per epoch.

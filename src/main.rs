@@ -97,6 +97,9 @@ struct BenchArgs {
     /// Images over this many pixels are refused.
     #[arg(long)]
     max_pixels: Option<u64>,
+    /// Cache decoded samples in this file (written by the first epoch, read by later ones).
+    #[arg(long)]
+    cache: Option<PathBuf>,
     /// Deliver batches to this device: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -311,6 +314,9 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     if let Some(p) = a.max_pixels {
         builder = builder.max_pixels(p);
     }
+    if let Some(c) = &a.cache {
+        builder = builder.cache(c);
+    }
     let loader = builder.build()?;
     let budget = loader.memory_budget();
     if !a.json {
@@ -336,6 +342,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             .progress_chars("=> "),
         );
         bar.set_prefix(epoch.to_string());
+        let sampler = AnonSampler::start();
         let mut checksum = 0f64;
         for batch in loader.epoch(epoch) {
             let batch = batch?;
@@ -354,6 +361,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         std::hint::black_box(checksum);
         let s = loader.stats();
         let peak = procinfo::peak_rss_bytes().unwrap_or(0);
+        let peak_anon = sampler.stop();
         let report = serde_json::json!({
             "epoch": epoch,
             "images": s.images,
@@ -361,11 +369,15 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "seconds": s.seconds,
             "images_per_sec": s.images_per_sec(),
             "peak_rss_bytes": peak,
+            "peak_anon_rss_bytes": peak_anon,
             "memory_budget_bytes": budget.total(),
             "decode_threads": s.decode_threads,
             "prefetch": s.prefetch,
             "batches": s.batches,
             "cache_hits": s.cache_hits,
+            "from_cache": s.from_cache,
+            "wrote_cache": s.wrote_cache,
+            "cache_bytes": loader.cache_size_on_disk(),
             "consumer_wait_fraction": s.consumer_wait_fraction(),
             "decode_busy_seconds": s.decode_busy.as_secs_f64(),
             "decode_wait_seconds": s.decode_wait.as_secs_f64(),
@@ -373,13 +385,21 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         if a.json {
             println!("{report}");
         } else {
+            let cache_note = match (s.from_cache, s.wrote_cache, loader.cache_size_on_disk()) {
+                (true, _, Some(b)) => format!(", read from the cache ({:.1} MB on disk)", mb(b)),
+                (_, true, Some(b)) => format!(", wrote the cache ({:.1} MB on disk)", mb(b)),
+                (_, true, None) => ", wrote the cache (incomplete)".to_string(),
+                _ if a.cache.is_some() => ", cache not used".to_string(),
+                _ => String::new(),
+            };
             println!(
-                "epoch {epoch}: {} images, {} skipped, {:.2} s, {:.0} images/s, peak RSS {:.1} MB, memory budget {:.1} MB, consumer waited {:.0}% of the time",
+                "epoch {epoch}: {} images, {} skipped, {:.2} s, {:.0} images/s, peak RSS {:.1} MB (anonymous {:.1} MB), memory budget {:.1} MB, consumer waited {:.0}% of the time{cache_note}",
                 s.images,
                 s.skipped,
                 s.seconds,
                 s.images_per_sec(),
                 mb(peak),
+                mb(peak_anon),
                 mb(budget.total()),
                 100.0 * s.consumer_wait_fraction()
             );
@@ -393,4 +413,35 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// Samples the process's anonymous RSS (heap and stacks, not mapped cache files) every 5 ms:
+/// the kernel keeps no peak for it.
+struct AnonSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl AnonSampler {
+    fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("imagefeed-rss-sampler".into())
+            .spawn(move || {
+                let mut peak = 0;
+                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak = peak.max(procinfo::anon_rss_bytes().unwrap_or(0));
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                peak.max(procinfo::anon_rss_bytes().unwrap_or(0))
+            })
+            .ok();
+        AnonSampler { stop, handle }
+    }
+
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.take().and_then(|h| h.join().ok()).unwrap_or(0)
+    }
 }

@@ -38,9 +38,10 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::batch::{Batch, BatchFormat, BatchParts, Batcher};
-use crate::builder::Config;
+use crate::builder::{CachePolicy, Config};
+use crate::cache::{Cache, CachedSample, EpochCache};
 use crate::decode::{Decoder, LargeGate};
-use crate::error::{Error, ErrorKind, OnError};
+use crate::error::{DecodeFailure, Error, ErrorKind, OnError};
 use crate::rng::{self, Rng};
 use crate::shuffle::ShuffleBuffer;
 use crate::source::Source;
@@ -116,6 +117,8 @@ pub(crate) struct EpochShared {
     pub(crate) stats: Arc<StatsCell>,
     pub(crate) gate: Arc<LargeGate>,
     pub(crate) epoch: u64,
+    cache: Option<Arc<Cache>>,
+    cache_mode: EpochCache,
     plan: Vec<u32>,
     window: Arc<Window>,
     samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
@@ -154,13 +157,27 @@ pub(crate) fn start(
     source: Arc<Source>,
     stats: Arc<StatsCell>,
     gate: Arc<LargeGate>,
+    cache: Option<Arc<Cache>>,
     epoch: u64,
 ) -> Result<Running, Error> {
     let threads = cfg.threads();
     let window_size = cfg.reorder_window();
+    let cache_mode = match &cache {
+        Some(c) => c.begin_epoch()?,
+        None => EpochCache::Off,
+    };
     let plan = plan(&cfg, source.len(), epoch);
     let window = Arc::new(Window::new(window_size, plan.len()));
-    stats.reset(epoch, threads, cfg.prefetch);
+    let mode_code = match cache_mode {
+        EpochCache::Off => 0,
+        EpochCache::Read(_) => 1,
+        EpochCache::Write(_) => 2,
+    };
+    stats.reset(epoch, threads, cfg.prefetch, mode_code);
+    let cache_bytes = cache.as_ref().and_then(|c| c.size_on_disk());
+    stats
+        .cache_bytes_plus_one
+        .store(cache_bytes.map_or(0, |b| b + 1), std::sync::atomic::Ordering::Relaxed);
     let shared = Arc::new(EpochShared {
         samples: bounded(window_size + cfg.shuffle_buffer + 2),
         cfg: cfg.clone(),
@@ -168,6 +185,8 @@ pub(crate) fn start(
         stats,
         gate,
         epoch,
+        cache,
+        cache_mode,
         plan,
         window: window.clone(),
     });
@@ -234,7 +253,7 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
             if shared.cfg.panic_on_index == Some(u64::from(index)) {
                 panic!("injected panic (inject_panic_at_index)");
             }
-            decoder.load_file(&path, &geom, &shared.gate, &mut buf)
+            load(shared, &mut decoder, &path, index, &mut buf)
         }));
         add(&shared.stats.decode_busy_ns, busy.elapsed());
         let result = match outcome {
@@ -256,6 +275,56 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
         }
         add(&shared.stats.decode_wait_ns, waited.elapsed());
     }
+}
+
+/// Loads one sample into `buf`: from a complete cache, or by decoding (and then recording it
+/// in a cache being written).
+fn load(
+    shared: &EpochShared,
+    decoder: &mut Decoder,
+    path: &std::path::Path,
+    index: u32,
+    buf: &mut [u8],
+) -> Result<(), Error> {
+    let stats = &shared.stats;
+    if let (EpochCache::Read(map), Some(cache)) = (&shared.cache_mode, &shared.cache) {
+        let expected = shared.source.index.label(index as usize);
+        let read = Cache::read(map, index, buf).and_then(|sample| match sample {
+            CachedSample::Pixels { label } | CachedSample::Failed { label, .. } if label != expected => {
+                Err(format!("record {index} has label {label}, the source says {expected}"))
+            }
+            other => Ok(other),
+        });
+        match read {
+            Ok(CachedSample::Pixels { .. }) => {
+                stats.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(());
+            }
+            Ok(CachedSample::Failed { message, .. }) => {
+                stats.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Err(Error::decode(path, DecodeFailure(message)));
+            }
+            Err(why) => match cache.policy() {
+                CachePolicy::Rebuild => cache.invalidate(&why),
+                _ => {
+                    return Err(Error::corrupt_cache(
+                        cache.path(),
+                        format!("{why} (sample {})", path.display()),
+                    ))
+                }
+            },
+        }
+    }
+    let result = decoder.load_file(path, &shared.cfg.geometry(), &shared.gate, buf);
+    if let EpochCache::Write(writer) = &shared.cache_mode {
+        let label = shared.source.index.label(index as usize);
+        match &result {
+            Ok(()) => writer.put_pixels(index, label, buf),
+            Err(e) if e.is_data_error() => writer.put_failure(index, label, &e.reason()),
+            Err(_) => {}
+        }
+    }
+    result
 }
 
 struct Sink<'a> {
@@ -389,6 +458,11 @@ fn batch_loop_inner(
             return Ok(());
         }
     }
-    sink.finish();
+    if !sink.finish() {
+        return Ok(());
+    }
+    if let (EpochCache::Write(writer), Some(cache)) = (&shared.cache_mode, &shared.cache) {
+        cache.commit(writer)?;
+    }
     Ok(())
 }

@@ -27,6 +27,12 @@ pub struct Stats {
     pub skipped_samples: Vec<(PathBuf, String)>,
     /// Samples read from the on-disk cache instead of decoded.
     pub cache_hits: u64,
+    /// Whether this epoch read its samples from a complete on-disk cache.
+    pub from_cache: bool,
+    /// Whether this epoch wrote the on-disk cache.
+    pub wrote_cache: bool,
+    /// Bytes of the complete cache file on disk, if there is one.
+    pub cache_bytes: Option<u64>,
     /// Seconds since the epoch started (or its length, once it finished).
     pub seconds: f64,
     /// Decode threads used.
@@ -79,6 +85,10 @@ pub(crate) struct StatsCell {
     pub(crate) threads: AtomicU64,
     pub(crate) prefetch: AtomicU64,
     pub(crate) skipped_samples: Mutex<Vec<(PathBuf, String)>>,
+    /// 0: no cache, 1: read from it, 2: wrote it.
+    pub(crate) cache_mode: AtomicU64,
+    /// Size of the complete cache file plus one (0: none).
+    pub(crate) cache_bytes_plus_one: AtomicU64,
     pub(crate) timing: Mutex<(Option<Instant>, Option<Duration>)>,
 }
 
@@ -87,7 +97,8 @@ pub(crate) fn add(counter: &AtomicU64, d: Duration) {
 }
 
 impl StatsCell {
-    pub(crate) fn reset(&self, epoch: u64, threads: usize, prefetch: usize) {
+    pub(crate) fn reset(&self, epoch: u64, threads: usize, prefetch: usize, cache_mode: u64) {
+        self.cache_mode.store(cache_mode, Relaxed);
         self.epoch.store(epoch, Relaxed);
         for c in [
             &self.images,
@@ -145,6 +156,9 @@ impl StatsCell {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             cache_hits: self.cache_hits.load(Relaxed),
+            from_cache: self.cache_mode.load(Relaxed) == 1,
+            wrote_cache: self.cache_mode.load(Relaxed) == 2,
+            cache_bytes: self.cache_bytes_plus_one.load(Relaxed).checked_sub(1),
             seconds,
             decode_threads: self.threads.load(Relaxed) as usize,
             prefetch: self.prefetch.load(Relaxed) as usize,

@@ -1,0 +1,356 @@
+//! Helpers shared by the integration tests: paths into `testdata/`, corpora (a realistic one
+//! from `imagefeed::corpus`, and small "id-coded" ones whose pixels say which sample they are),
+//! a loader over one file, pixel metrics, a watchdog against hangs, and running a test alone in
+//! a child process.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use imagefeed::{Batch, Dtype, Error, LoaderBuilder, Source};
+
+/// A path inside `testdata/`.
+pub(crate) fn testdata(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(rel)
+}
+
+/// A realistic corpus written by [`imagefeed::corpus::generate`] (`class_XX/` folders plus
+/// `files.txt`), shared read-only by all tests. Generating takes tens of milliseconds an image
+/// in a debug build, so it is cached in cargo's per-target temporary folder, keyed on count
+/// and seed; a half-written cache is never reused (it is renamed into place when complete).
+/// Tests that modify files make their own copies.
+pub(crate) fn corpus(count: usize, seed: u64) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp_root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp_root.join(format!("it-corpus-v1-{count}-{seed}"));
+    if corpus_is_complete(&dir, count) {
+        return dir;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::Builder::new()
+        .prefix("it-corpus-partial-")
+        .tempdir_in(tmp_root)
+        .unwrap();
+    imagefeed::corpus::generate(tmp.path(), count, seed).unwrap();
+    let tmp = tmp.keep();
+    if std::fs::rename(&tmp, &dir).is_err() {
+        // Another test process finished the same corpus first.
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    assert!(corpus_is_complete(&dir, count), "{}", dir.display());
+    dir
+}
+
+fn corpus_is_complete(dir: &Path, count: usize) -> bool {
+    let Ok(list) = std::fs::read_to_string(dir.join("files.txt")) else {
+        return false;
+    };
+    let lines: Vec<&str> = list.lines().collect();
+    lines.len() == count
+        && lines.iter().all(|l| {
+            l.split('\t')
+                .next()
+                .is_some_and(|p| dir.join(p).is_file())
+        })
+}
+
+/// The shared realistic corpus as a source (64 images, 10 classes).
+pub(crate) fn corpus_source() -> Source {
+    Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap()
+}
+
+/// The first `n` entries of `source`, as a new source with absolute paths.
+pub(crate) fn subset(source: &Source, n: usize) -> Source {
+    Source::from_entries(
+        (0..n.min(source.len())).map(|i| (source.path(i).unwrap(), source.label(i).unwrap())),
+    )
+    .unwrap()
+}
+
+/// The colour that codes sample `id` (0..512) in an id-coded image: three levels 30 apart per
+/// channel survive JPEG compression and any resize of a flat image.
+pub(crate) fn id_color(id: usize) -> [u8; 3] {
+    assert!(id < 512);
+    let level = |d: usize| (20 + 30 * d) as u8;
+    [level(id % 8), level(id / 8 % 8), level(id / 64)]
+}
+
+/// The id coded by a pixel, or panics if the pixel codes none.
+pub(crate) fn decode_id(px: &[u8]) -> usize {
+    let digit = |v: u8| {
+        let d = (f64::from(v) - 20.0) / 30.0;
+        let r = d.round();
+        assert!(
+            (d - r).abs() < 0.4 && (0.0..8.0).contains(&r),
+            "pixel {px:?} codes no id"
+        );
+        r as usize
+    };
+    digit(px[0]) + 8 * digit(px[1]) + 64 * digit(px[2])
+}
+
+/// An id-coded JPEG: a flat image of `id_color(id)`, with a size that varies with the id.
+pub(crate) fn id_jpeg(id: usize) -> Vec<u8> {
+    let (w, h) = (40 + (id % 7) as u32 * 6, 32 + (id % 3) as u32 * 8);
+    let rgb: Vec<u8> = id_color(id)
+        .iter()
+        .copied()
+        .cycle()
+        .take(w as usize * h as usize * 3)
+        .collect();
+    encode_jpeg(&rgb, w, h, 90)
+}
+
+/// Encodes RGB8 pixels as a baseline JPEG (the `image` crate's encoder).
+pub(crate) fn encode_jpeg(rgb: &[u8], w: u32, h: u32, quality: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality)
+        .encode(rgb, w, h, image::ExtendedColorType::Rgb8)
+        .unwrap();
+    out
+}
+
+/// Encodes RGB8 pixels as a PNG.
+pub(crate) fn encode_png(rgb: &[u8], w: u32, h: u32) -> Vec<u8> {
+    use image::ImageEncoder;
+    let mut out = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut out)
+        .write_image(rgb, w, h, image::ExtendedColorType::Rgb8)
+        .unwrap();
+    out
+}
+
+/// A folder of id-coded JPEGs `img_NNNN.jpg` (sample `i` codes id `i`) and a `list.txt` giving
+/// sample `i` the label [`id_label`]`(i)`.
+pub(crate) struct IdCorpus {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) paths: Vec<PathBuf>,
+}
+
+/// The label of sample `i` of an [`IdCorpus`]: not a function of the position in a batch.
+pub(crate) fn id_label(i: usize) -> u32 {
+    ((i * 7 + 3) % 11) as u32
+}
+
+impl IdCorpus {
+    pub(crate) fn new(n: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut paths = Vec::with_capacity(n);
+        let mut list = String::new();
+        for i in 0..n {
+            let name = format!("img_{i:04}.jpg");
+            let p = dir.path().join(&name);
+            std::fs::write(&p, id_jpeg(i)).unwrap();
+            list.push_str(&format!("{name}\t{}\n", id_label(i)));
+            paths.push(p);
+        }
+        std::fs::write(dir.path().join("list.txt"), list).unwrap();
+        IdCorpus { dir, paths }
+    }
+
+    pub(crate) fn list(&self) -> PathBuf {
+        self.dir.path().join("list.txt")
+    }
+
+    pub(crate) fn source(&self) -> Source {
+        Source::from_list_file(self.list()).unwrap()
+    }
+}
+
+/// Checks that every image of a `u8` NHWC batch shows the id of its dataset index (so pixels,
+/// labels and indices were never separated).
+pub(crate) fn assert_pixels_follow_indices(batch: &Batch) {
+    let px = batch.as_u8().expect("a u8 batch");
+    let [n, h, w, c] = batch.shape();
+    let sample = h * w * c;
+    for k in 0..n {
+        let img = &px[k * sample..(k + 1) * sample];
+        let want = batch.indices()[k] as usize;
+        // The centre pixel and a corner: the whole image is flat.
+        for at in [0, (h / 2 * w + w / 2) * 3] {
+            assert_eq!(
+                decode_id(&img[at..at + 3]),
+                want,
+                "image {k} of the batch shows another sample than index {want}"
+            );
+        }
+    }
+}
+
+/// A loader over the single file `path`: batch size 1, `u8`, file order, one decode thread;
+/// `tweak` adjusts the builder. Returns the one sample's pixels or the epoch's error, after
+/// checking that the epoch then ends. Fails the test if the epoch hangs.
+pub(crate) fn load_one(
+    path: &Path,
+    tweak: impl FnOnce(LoaderBuilder) -> LoaderBuilder + Send + 'static,
+) -> Result<Vec<u8>, Error> {
+    let path = path.to_path_buf();
+    with_timeout(Duration::from_secs(20), move || {
+        let builder = imagefeed::Loader::builder(Source::from_entries([(path, 0)]).unwrap())
+            .batch_size(1)
+            .dtype(Dtype::U8)
+            .shuffle(false)
+            .decode_threads(1);
+        let loader = tweak(builder).build().unwrap();
+        let mut epoch = loader.epoch(0);
+        let first = epoch.next().expect("an epoch of one sample yields something");
+        assert!(epoch.next().is_none(), "the epoch goes on after its one sample");
+        first.map(|b| b.as_u8().expect("u8").to_vec())
+    })
+}
+
+/// Runs `f` on its own thread; fails the test if it takes longer than `limit` (a hang) and
+/// re-raises its panic.
+pub(crate) fn with_timeout<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::Builder::new()
+        .name("it-watched".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .unwrap();
+    match rx.recv_timeout(limit) {
+        Ok(v) => {
+            let _ = h.join();
+            v
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(()) => unreachable!("the thread sends before it ends"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung: no result after {limit:?}"),
+    }
+}
+
+/// Mean absolute difference per channel value.
+pub(crate) fn mean_abs_diff(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let sum: u64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| u64::from(x.abs_diff(y)))
+        .sum();
+    sum as f64 / a.len() as f64
+}
+
+/// Peak signal-to-noise ratio in dB (infinite for identical inputs).
+pub(crate) fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let se: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum();
+    let mse = se / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+/// A PNG's pixels as RGB8: (width, height, pixels).
+pub(crate) fn read_png_rgb(path: &Path) -> (u32, u32, Vec<u8>) {
+    let img = image::open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .to_rgb8();
+    (img.width(), img.height(), img.into_raw())
+}
+
+/// A small seeded generator (SplitMix64) for bit flips and cut points.
+pub(crate) struct SplitMix(pub(crate) u64);
+
+impl SplitMix {
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// Consumes an epoch; returns its batches, panicking on an error.
+pub(crate) fn collect_ok(epoch: imagefeed::Batches) -> Vec<Batch> {
+    epoch.map(|b| b.unwrap()).collect()
+}
+
+/// The dataset indices of a sequence of batches, in delivery order.
+pub(crate) fn indices_of(batches: &[Batch]) -> Vec<u64> {
+    batches
+        .iter()
+        .flat_map(|b| b.indices().iter().copied())
+        .collect()
+}
+
+/// True if this process runs as root (file permissions do not stop it from reading).
+pub(crate) fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Thread counts and RSS are per process, and other tests run in parallel threads of this one.
+/// A test that measures them calls this first: in the parent it re-runs the test `name` (its
+/// full path, e.g. `shutdown::x`) alone in a child process of this binary, checks that the
+/// child ran exactly that test and passed, and returns `false`; in the child it returns `true`
+/// and the test does its work.
+pub(crate) fn runs_in_child(name: &str) -> bool {
+    const VAR: &str = "IMAGEFEED_IT_CHILD";
+    if std::env::var(VAR).as_deref() == Ok(name) {
+        return true;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(VAR, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    println!("--- child `{name}` stdout ---\n{out}--- stderr ---\n{err}");
+    let status = status.unwrap_or_else(|| panic!("child `{name}` hung (killed after 120 s)"));
+    assert!(status.success(), "child `{name}` failed: {status}");
+    assert!(
+        out.contains("test result: ok. 1 passed"),
+        "the child ran no test named `{name}`"
+    );
+    false
+}
