@@ -8,3 +8,4 @@
 mod common;
 mod pipeline;
 mod decode;
+mod cache;
