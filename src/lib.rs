@@ -60,6 +60,8 @@ mod cache;
 pub mod corpus;
 mod decode;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod floor;
 mod loader;
 mod pipeline;
