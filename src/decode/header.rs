@@ -83,6 +83,8 @@ pub(crate) struct JpegInfo {
     pub(crate) adobe_transform: Option<u8>,
     /// EXIF orientation 1..=8 (1 when absent or invalid).
     pub(crate) orientation: u8,
+    /// The offset of the first scan's header (just after its SOS marker).
+    pub(crate) scan_offset: usize,
 }
 
 /// Parses the JPEG markers up to the first SOS.
@@ -149,6 +151,7 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
                     lossless: matches!(code, 0xC3 | 0xC7 | 0xCB | 0xCF),
                     adobe_transform: None,
                     orientation: 1,
+                    scan_offset: 0,
                 });
             }
             0xDA => {
@@ -156,6 +159,7 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
                     info.ok_or_else(|| String::from("scan before the frame header (SOF)"))?;
                 i.adobe_transform = adobe;
                 i.orientation = orientation;
+                i.scan_offset = pos;
                 return Ok(i);
             }
             0xE1 if seg.starts_with(b"Exif\0\0") => {
@@ -168,6 +172,14 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
         }
         pos += len;
     }
+}
+
+/// True if an EOI marker (FF D9) follows the first scan of a JPEG whose scan header starts
+/// at `scan_offset`. In entropy-coded data a 0xFF is always followed by 0x00 (stuffing), a
+/// restart marker or another marker, so a file cut anywhere after its headers has none.
+pub(crate) fn has_eoi_after(b: &[u8], scan_offset: usize) -> bool {
+    b.get(scan_offset..)
+        .is_some_and(|rest| rest.windows(2).any(|w| w == [0xFF, 0xD9]))
 }
 
 /// The orientation tag (0x0112) of IFD0 in a TIFF-structured EXIF block, if valid.
@@ -263,6 +275,23 @@ mod tests {
             let _ = sniff(&full[..n]);
         }
         assert!(jpeg_info(&full[..full.len() - 4]).is_err());
+    }
+
+    #[test]
+    fn eoi_is_found_only_after_the_scan() {
+        let mut full = sof(10, 10, 3, 0xC0);
+        let i = jpeg_info(&full).unwrap();
+        assert_eq!(&full[i.scan_offset - 2..i.scan_offset], &[0xFF, 0xDA]);
+        full.extend_from_slice(&[0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD9]);
+        assert!(has_eoi_after(&full, i.scan_offset));
+        for cut in 1..=2 {
+            assert!(!has_eoi_after(&full[..full.len() - cut], i.scan_offset));
+        }
+        // An EOI before the scan (an embedded thumbnail's) does not count.
+        let mut thumb = vec![0xFF, 0xD8, 0xFF, 0xE1, 0, 4, 0xFF, 0xD9];
+        thumb.extend_from_slice(&sof(10, 10, 3, 0xC0)[2..]);
+        let i = jpeg_info(&thumb).unwrap();
+        assert!(!has_eoi_after(&thumb, i.scan_offset));
     }
 
     #[test]

@@ -389,6 +389,15 @@ impl Decoder {
         self.rgb.clear();
         self.rgb.resize(size, 0);
         d.decode_into(&mut self.rgb).map_err(zerr)?;
+        // zune-jpeg checks for missing data only at the start of each MCU row, so a file cut
+        // in its last row (or just before its EOI) decodes, zero-filled; libjpeg-turbo rejects
+        // it ("Premature end of JPEG file"). Make both decoders agree.
+        if !header::has_eoi_after(bytes, info.scan_offset) {
+            return Err(fail(
+                path,
+                "zune-jpeg: premature end of JPEG file (no end-of-image marker)",
+            ));
+        }
         Ok((w, h))
     }
 
@@ -563,6 +572,7 @@ mod tests {
             lossless: false,
             adobe_transform: None,
             orientation: 1,
+            scan_offset: 0,
         };
         let base = jpeg_working_set(&i, 8, true);
         assert!(base < SMALL_DECODE_BYTES);
