@@ -165,18 +165,25 @@ impl IdCorpus {
 /// Checks that every image of a `u8` NHWC batch shows the id of its dataset index (so pixels,
 /// labels and indices were never separated).
 pub(crate) fn assert_pixels_follow_indices(batch: &Batch) {
+    assert_pixels_follow_indices_by(batch, |i| i);
+}
+
+/// As [`assert_pixels_follow_indices`], for sources where dataset index `i` shows id
+/// `id_of(i)`.
+pub(crate) fn assert_pixels_follow_indices_by(batch: &Batch, id_of: impl Fn(usize) -> usize) {
     let px = batch.as_u8().expect("a u8 batch");
     let [n, h, w, c] = batch.shape();
     let sample = h * w * c;
     for k in 0..n {
         let img = &px[k * sample..(k + 1) * sample];
-        let want = batch.indices()[k] as usize;
-        // The centre pixel and a corner: the whole image is flat.
+        let index = batch.indices()[k] as usize;
+        let want = id_of(index);
+        // A corner and the centre: the whole image is flat.
         for at in [0, (h / 2 * w + w / 2) * 3] {
             assert_eq!(
                 decode_id(&img[at..at + 3]),
                 want,
-                "image {k} of the batch shows another sample than index {want}"
+                "image {k} of the batch (index {index}) shows another sample"
             );
         }
     }

@@ -9,3 +9,4 @@ mod common;
 mod pipeline;
 mod decode;
 mod cache;
+mod errors;

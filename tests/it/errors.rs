@@ -1,0 +1,656 @@
+//! Errors (issues 2 and 6): every broken file is an error naming it (or a skip that never
+//! shifts labels), never a panic or a hang; bad lists name their line; settings that cannot
+//! work fail in `build` naming the setting.
+
+use std::path::{Path, PathBuf};
+
+use imagefeed::{Device, Dtype, Error, ErrorKind, JpegDecoder, Loader, LoaderBuilder, OnError, Source};
+
+use crate::common::{self, id_label, IdCorpus, SplitMix};
+
+/// Loads `path` alone with `OnError::Fail` and checks the error is about that file: `path()`
+/// is the file, the message names it and gives a reason, and it is a data error (not a caught
+/// panic). Returns the error.
+fn expect_file_error(
+    path: &Path,
+    tweak: impl FnOnce(LoaderBuilder) -> LoaderBuilder + Send + 'static,
+) -> Error {
+    let e = match common::load_one(path, tweak) {
+        Ok(_) => panic!("{} decoded, but it is broken", path.display()),
+        Err(e) => e,
+    };
+    check_names_file(&e, path);
+    e
+}
+
+fn check_names_file(e: &Error, path: &Path) {
+    assert_eq!(e.path(), Some(path), "{e}");
+    assert!(e.is_data_error(), "not a data error: {e:?}");
+    let msg = e.to_string();
+    let shown = path.display().to_string();
+    assert!(msg.starts_with(&shown), "{msg}");
+    let reason = msg[shown.len()..].trim_start_matches(':').trim();
+    assert!(reason.len() >= 5, "no reason given: {msg}");
+}
+
+/// Ok (a flip the decoder cannot see), or an error naming the file: never a panic or a hang.
+fn decodes_or_names_file(path: &Path, decoder: JpegDecoder) -> bool {
+    match common::load_one(path, move |b| b.jpeg_decoder(decoder)) {
+        Ok(px) => {
+            assert_eq!(px.len(), 160 * 160 * 3);
+            true
+        }
+        Err(e) => {
+            check_names_file(&e, path);
+            false
+        }
+    }
+}
+
+fn contains_ci(haystack: &str, needle: &str) -> bool {
+    haystack.to_lowercase().contains(&needle.to_lowercase())
+}
+
+#[test]
+fn issue_2_every_corrupt_testdata_file_is_an_error_naming_it() {
+    // What each message must say, besides the path.
+    let expected = [
+        ("bitflip.jpg", ""),
+        ("bomb_65000.jpg", "max_pixels"),
+        ("empty.jpg", "empty"),
+        ("garbage.jpg", "not a JPEG"),
+        ("gif_named.jpg", "GIF"),
+        ("html.jpg", "HTML"),
+        ("no_eoi.jpg", ""),
+        ("png_named.jpg", "PNG"),
+        ("truncated_half.jpg", ""),
+        ("truncated_header.jpg", ""),
+        ("webp_named.jpg", "WebP"),
+    ];
+    let dir = common::testdata("corrupt");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, expected.map(|(n, _)| n.to_string()), "testdata/corrupt changed");
+    for (name, word) in expected {
+        let path = dir.join(name);
+        for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+            if name == "bitflip.jpg" && decoder == JpegDecoder::Zune {
+                // zune-jpeg does not notice entropy-coded data left over before the EOI (what
+                // libjpeg-turbo reports as "extraneous bytes"), so this file decodes to damaged
+                // pixels. It must still be a value, not a panic.
+                let ok = decodes_or_names_file(&path, decoder);
+                println!("Zune: {name} decodes: {ok}");
+                continue;
+            }
+            let e = expect_file_error(&path, move |b| b.jpeg_decoder(decoder));
+            println!("{decoder:?}: {e}");
+            assert!(matches!(e.kind(), ErrorKind::Decode { .. }), "{e:?}");
+            assert!(contains_ci(&e.to_string(), word), "{decoder:?}: `{word}` missing: {e}");
+            assert!(std::error::Error::source(&e).is_some(), "{e:?}");
+        }
+    }
+}
+
+#[test]
+fn issue_2_every_truncated_prefix_is_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["baseline_420.jpg", "progressive.jpg", "restart.jpg", "cmyk.jpg"] {
+        let full = std::fs::read(common::testdata(&format!("valid/{name}"))).unwrap();
+        let n = full.len();
+        // 40 evenly spaced lengths, plus the classic cuts: the EOI marker half or all gone.
+        let mut lengths: Vec<usize> = (0..40).map(|k| k * n / 40).collect();
+        lengths.extend([n - 1, n - 2]);
+        for len in lengths {
+            let p = dir.path().join(format!("{len}_{name}"));
+            std::fs::write(&p, &full[..len]).unwrap();
+            for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+                // A strict decoder rejects every prefix: none of them is a whole image.
+                let e = expect_file_error(&p, move |b| b.jpeg_decoder(decoder));
+                assert!(matches!(e.kind(), ErrorKind::Decode { .. }), "{e:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn issue_2_bit_flips_decode_or_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = SplitMix(0x00B1_7F11_9500);
+    let (mut ok, mut err) = (0, 0);
+    for copy in 0..30 {
+        let name = ["baseline_420.jpg", "progressive.jpg", "s444.jpg"][copy % 3];
+        let mut bytes = std::fs::read(common::testdata(&format!("valid/{name}"))).unwrap();
+        // Half the copies are hit in the headers (the first 700 bytes), half anywhere.
+        let span = if copy % 2 == 0 { 700 } else { bytes.len() };
+        for _ in 0..1 + rng.below(6) {
+            let at = rng.below(span);
+            bytes[at] ^= 1 << rng.below(8);
+        }
+        let p = dir.path().join(format!("flip_{copy:02}_{name}"));
+        std::fs::write(&p, &bytes).unwrap();
+        for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+            if decodes_or_names_file(&p, decoder) {
+                ok += 1;
+            } else {
+                err += 1;
+            }
+        }
+    }
+    println!("bit flips: {ok} decoded, {err} errors naming the file");
+    assert!(err > 0, "no flip was detected: the flips did not reach the decoder");
+}
+
+/// The bytes of `jpeg` with the frame header's height and width set to `w`×`h`.
+fn with_frame_size(jpeg: &[u8], w: u16, h: u16) -> Vec<u8> {
+    let mut v = jpeg.to_vec();
+    let sof = (2..v.len() - 8)
+        .find(|&i| v[i] == 0xFF && matches!(v[i + 1], 0xC0 | 0xC1 | 0xC2))
+        .expect("a frame header");
+    v[sof + 5..sof + 7].copy_from_slice(&h.to_be_bytes());
+    v[sof + 7..sof + 9].copy_from_slice(&w.to_be_bytes());
+    v
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for name in ["odd_7x5.jpg", "progressive.jpg", "gray.jpg"] {
+        let orig = std::fs::read(common::testdata(&format!("valid/{name}"))).unwrap();
+        let p = dir.path().join(format!("bomb_{name}"));
+        std::fs::write(&p, with_frame_size(&orig, 65000, 65000)).unwrap();
+        files.push(p);
+    }
+    // A PNG whose IHDR (with a valid CRC) claims 65000x65000.
+    let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
+    png[16..20].copy_from_slice(&65000u32.to_be_bytes());
+    png[20..24].copy_from_slice(&65000u32.to_be_bytes());
+    let crc = crc32(&png[12..29]);
+    png[29..33].copy_from_slice(&crc.to_be_bytes());
+    let p = dir.path().join("bomb.png");
+    std::fs::write(&p, png).unwrap();
+    files.push(p);
+    for p in files {
+        for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+            let started = std::time::Instant::now();
+            let e = expect_file_error(&p, move |b| b.jpeg_decoder(decoder));
+            assert!(contains_ci(&e.to_string(), "max_pixels"), "{e}");
+            assert!(contains_ci(&e.to_string(), "65000x65000"), "{e}");
+            // Refused from the header: no 12.7 GB buffer, no long decode.
+            assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+        }
+    }
+}
+
+#[test]
+fn issue_6_missing_directory_empty_and_unreadable_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jpg");
+    let e = expect_file_error(&missing, |b| b);
+    match e.kind() {
+        ErrorKind::Io { source, .. } => assert_eq!(source.kind(), std::io::ErrorKind::NotFound),
+        _ => panic!("{e:?}"),
+    }
+    let folder = dir.path().join("x.jpg");
+    std::fs::create_dir(&folder).unwrap();
+    let e = expect_file_error(&folder, |b| b);
+    assert!(matches!(e.kind(), ErrorKind::Io { .. }), "{e:?}");
+    assert!(contains_ci(&e.to_string(), "directory"), "{e}");
+    let empty = dir.path().join("empty.jpg");
+    std::fs::write(&empty, b"").unwrap();
+    let e = expect_file_error(&empty, |b| b);
+    assert!(contains_ci(&e.to_string(), "empty"), "{e}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let locked = dir.path().join("locked.jpg");
+        std::fs::copy(common::testdata("valid/odd_7x5.jpg"), &locked).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        if std::fs::read(&locked).is_ok() {
+            println!(
+                "skipping the permission-denied check: this process can read a mode-000 file (root: {})",
+                common::is_root()
+            );
+            assert!(common::load_one(&locked, |b| b).is_ok());
+        } else {
+            let e = expect_file_error(&locked, |b| b);
+            match e.kind() {
+                ErrorKind::Io { source, .. } => {
+                    assert_eq!(source.kind(), std::io::ErrorKind::PermissionDenied)
+                }
+                _ => panic!("{e:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn issue_6_other_formats_named_jpg() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, data: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).unwrap();
+        p
+    };
+    let rgb: Vec<u8> = (0..32 * 24 * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let png_bytes = common::encode_png(&rgb, 32, 24);
+    let html = write(
+        "page.jpg",
+        b"<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head><body>Access denied</body></html>\n",
+    );
+    let png = write("png.jpg", &png_bytes);
+    let gif = write("anim.jpg", b"GIF89a\x20\x00\x18\x00\xf0\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x00\x00\x00\x00\x00,\x00\x00\x00\x00\x20\x00\x18\x00\x00\x02\x02D\x01\x00;");
+    let webp = write("pic.jpeg", b"RIFF\x24\x00\x00\x00WEBPVP8 \x18\x00\x00\x000\x01\x00\x9d\x01\x2a\x01\x00\x01\x00\x02\x004%\xa4\x00\x03p\x00\xfe\xfb\x94\x00\x00");
+    let jpeg_as_png = write("photo.png", &common::id_jpeg(5));
+    for (p, word) in [
+        (&html, "HTML"),
+        (&png, "PNG"),
+        (&gif, "GIF"),
+        (&webp, "WebP"),
+        (&jpeg_as_png, "JPEG"),
+    ] {
+        let e = expect_file_error(p, |b| b);
+        assert!(contains_ci(&e.to_string(), word), "{e}");
+    }
+    // check_extension(false) decodes what a supported file holds, whatever its name...
+    let real_png = write("real.png", &png_bytes);
+    let want = common::load_one(&real_png, |b| b.image_size_hw(24, 32)).unwrap();
+    assert_eq!(want, rgb, "a same-size PNG is its pixels");
+    let got = common::load_one(&png, |b| b.check_extension(false).image_size_hw(24, 32)).unwrap();
+    assert_eq!(got, want);
+    let px = common::load_one(&jpeg_as_png, |b| b.check_extension(false).image_size(8)).unwrap();
+    assert_eq!(common::decode_id(&px[..3]), 5);
+    // ...but unsupported formats stay errors.
+    for (p, word) in [(&html, "HTML"), (&gif, "GIF"), (&webp, "WebP")] {
+        let e = expect_file_error(p, |b| b.check_extension(false));
+        assert!(contains_ci(&e.to_string(), word), "{e}");
+        assert!(contains_ci(&e.to_string(), "not a supported image format"), "{e}");
+    }
+}
+
+/// A list mixing the id-coded images of `corpus` with broken files at known positions.
+/// Returns the list and, by dataset index, `Some(id)` for a good image or `None` for a broken
+/// one, with the broken paths in list order.
+fn mixed_list(corpus: &IdCorpus) -> (PathBuf, Vec<Option<usize>>, Vec<PathBuf>) {
+    let d = corpus.dir.path();
+    let good = std::fs::read(&corpus.paths[0]).unwrap();
+    std::fs::write(d.join("empty.jpg"), b"").unwrap();
+    std::fs::write(d.join("cut.jpg"), &good[..good.len() / 2]).unwrap();
+    std::fs::write(d.join("page.jpg"), b"<html><body>502 Bad Gateway</body></html>").unwrap();
+    std::fs::create_dir(d.join("folder.jpg")).unwrap();
+    for name in ["png_named.jpg", "bomb_65000.jpg", "bitflip.jpg"] {
+        std::fs::copy(common::testdata(&format!("corrupt/{name}")), d.join(name)).unwrap();
+    }
+    let broken = [
+        "missing.jpg",
+        "empty.jpg",
+        "cut.jpg",
+        "page.jpg",
+        "folder.jpg",
+        "png_named.jpg",
+        "bomb_65000.jpg",
+        "bitflip.jpg",
+    ];
+    let mut list = String::new();
+    let mut ids = Vec::new();
+    let mut broken_paths = Vec::new();
+    let mut next_broken = broken.iter();
+    for id in 0..corpus.paths.len() {
+        // A broken file before images 0, 5, 10, ...: also first in the list, and twice in a row.
+        if id % 5 == 0 || id == 36 {
+            if let Some(name) = next_broken.next() {
+                list.push_str(&format!("{name}\t{}\n", 90 + ids.len()));
+                ids.push(None);
+                broken_paths.push(d.join(name));
+            }
+        }
+        list.push_str(&format!("img_{id:04}.jpg\t{}\n", id_label(id)));
+        ids.push(Some(id));
+    }
+    assert!(next_broken.next().is_none(), "every broken file is listed");
+    let path = d.join("mixed.txt");
+    std::fs::write(&path, list).unwrap();
+    (path, ids, broken_paths)
+}
+
+#[test]
+fn issue_2_skip_never_shifts_labels() {
+    let corpus = IdCorpus::new(40);
+    let (list, ids, broken) = mixed_list(&corpus);
+    let source = Source::from_list_file(&list).unwrap();
+    let n = source.len();
+    assert_eq!(n, 48);
+    for (shuffle, shuffle_buffer, threads, batch_size) in
+        [(false, 0, 1, 6), (true, 0, 2, 6), (true, 5, 3, 7), (true, 0, 4, 1)]
+    {
+        let what = format!("shuffle {shuffle}, buffer {shuffle_buffer}, {threads} threads, bs {batch_size}");
+        for policy in [OnError::Skip { max: 8 }, OnError::SKIP_ALL] {
+            let loader = Loader::builder(source.clone())
+                .batch_size(batch_size)
+                .shuffle(shuffle)
+                .shuffle_buffer(shuffle_buffer)
+                .decode_threads(threads)
+                .on_error(policy)
+                .image_size(16)
+                .dtype(Dtype::U8)
+                .seed(17)
+                .build()
+                .unwrap();
+            let batches = common::with_timeout(std::time::Duration::from_secs(30), {
+                let loader_epoch = loader.epoch(1);
+                move || common::collect_ok(loader_epoch)
+            });
+            let mut seen = Vec::new();
+            for b in &batches {
+                common::assert_pixels_follow_indices_by(b, |i| ids[i].expect("a good sample"));
+                for (&i, &label) in b.indices().iter().zip(b.labels()) {
+                    assert_eq!(source.label(i as usize), Some(label), "{what}: index {i}");
+                    assert_eq!(label, id_label(ids[i as usize].unwrap()), "{what}");
+                    seen.push(i);
+                }
+            }
+            seen.sort_unstable();
+            let want: Vec<u64> = (0..n as u64).filter(|&i| ids[i as usize].is_some()).collect();
+            assert_eq!(seen, want, "{what}");
+            let stats = loader.stats();
+            assert_eq!(stats.images, 40, "{what}");
+            assert_eq!(stats.skipped, 8, "{what}");
+            assert_eq!(stats.images + stats.skipped, n as u64, "{what}");
+            let mut skipped: Vec<PathBuf> = stats.skipped_samples.iter().map(|(p, _)| p.clone()).collect();
+            skipped.sort();
+            let mut want_skipped = broken.clone();
+            want_skipped.sort();
+            assert_eq!(skipped, want_skipped, "{what}");
+            for (p, reason) in &stats.skipped_samples {
+                assert!(reason.contains(&p.display().to_string()), "{reason}");
+            }
+        }
+    }
+}
+
+#[test]
+fn issue_2_skip_budget_gives_too_many_failures() {
+    let corpus = IdCorpus::new(40);
+    let (list, ids, broken) = mixed_list(&corpus);
+    let source = Source::from_list_file(&list).unwrap();
+    for max in [0u64, 3, 7] {
+        let loader = Loader::builder(source.clone())
+            .batch_size(4)
+            .shuffle(false)
+            .on_error(OnError::Skip { max })
+            .image_size(8)
+            .dtype(Dtype::U8)
+            .decode_threads(2)
+            .build()
+            .unwrap();
+        let items: Vec<Result<imagefeed::Batch, Error>> = common::with_timeout(
+            std::time::Duration::from_secs(30),
+            {
+                let epoch = loader.epoch(0);
+                move || epoch.collect()
+            },
+        );
+        let (last, ok) = items.split_last().unwrap();
+        let e = last.as_ref().expect_err("the epoch ends with an error");
+        match e.kind() {
+            ErrorKind::TooManyFailures { skipped, last } => {
+                assert_eq!(*skipped, max + 1);
+                // In file order, failure number max + 1 is the broken file number max + 1.
+                assert_eq!(last.path(), Some(broken[max as usize].as_path()), "{e}");
+                assert!(last.is_data_error());
+            }
+            _ => panic!("{e:?}"),
+        }
+        assert_eq!(e.path(), Some(broken[max as usize].as_path()));
+        assert!(!e.is_data_error(), "TooManyFailures must not be skippable");
+        assert!(contains_ci(&e.to_string(), "too many"), "{e}");
+        assert!(std::error::Error::source(e).is_some());
+        // The batches before the error are whole and correct.
+        for b in ok {
+            let b = b.as_ref().unwrap();
+            for (&i, &l) in b.indices().iter().zip(b.labels()) {
+                assert_eq!(l, id_label(ids[i as usize].unwrap()));
+            }
+        }
+        let stats = loader.stats();
+        assert_eq!(stats.skipped, max + 1);
+    }
+}
+
+#[test]
+fn issue_2_fail_stops_at_the_first_broken_file_in_order() {
+    let corpus = IdCorpus::new(40);
+    let (list, _, broken) = mixed_list(&corpus);
+    let source = Source::from_list_file(&list).unwrap();
+    // The list starts with a broken file: under Fail, in file order, the epoch's first item
+    // is that file's error (with three threads racing ahead), and nothing follows it.
+    let loader = Loader::builder(source)
+        .batch_size(4)
+        .shuffle(false)
+        .image_size(8)
+        .decode_threads(3)
+        .build()
+        .unwrap();
+    let mut epoch = loader.epoch(0);
+    let e = epoch.next().unwrap().unwrap_err();
+    assert_eq!(e.path(), Some(broken[0].as_path()), "{e}");
+    assert!(epoch.next().is_none(), "the epoch goes on after an error under Fail");
+}
+
+// ---- file lists ----
+
+fn list_error(content: &[u8]) -> (PathBuf, Error, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("train.txt");
+    std::fs::write(&p, content).unwrap();
+    let e = common::with_timeout(std::time::Duration::from_secs(10), {
+        let p = p.clone();
+        move || Source::from_list_file(&p).expect_err("a bad list is an error")
+    });
+    assert_eq!(e.path(), Some(p.as_path()), "{e}");
+    assert!(!e.is_data_error());
+    (p, e, dir)
+}
+
+fn expect_list_line(content: &[u8], want_line: usize, words: &[&str]) {
+    let (p, e, _dir) = list_error(content);
+    match e.kind() {
+        ErrorKind::List { line, .. } => assert_eq!(*line, want_line, "{e}"),
+        _ => panic!("not a List error: {e:?}"),
+    }
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("{}:{want_line}: ", p.display())), "{msg}");
+    for w in words {
+        assert!(contains_ci(&msg, w), "`{w}` missing: {msg}");
+    }
+}
+
+#[test]
+fn issue_2_malformed_list_lines_name_the_line() {
+    expect_list_line(b"a.jpg 1\nb.jpg 2\nonly_a_path.jpg\n", 3, &["only_a_path.jpg", "label"]);
+    expect_list_line(b"# c\n\nonly_a_path.jpg\n", 3, &["no label"]);
+    expect_list_line(b"a.jpg\tcat\n", 1, &["`cat`", "not an integer"]);
+    expect_list_line(b"a.jpg 1\nb.jpg 1.5\n", 2, &["not an integer"]);
+    expect_list_line(b"a.jpg 0x10\n", 1, &["not an integer"]);
+    expect_list_line(b"a.jpg 1\r\nb.jpg -3\r\n", 2, &["-3", "out of range"]);
+    expect_list_line(b"a.jpg 4294967296\n", 1, &["out of range"]);
+    expect_list_line(b"a.jpg 99999999999999999999999\n", 1, &["out of range"]);
+    expect_list_line(b"\xEF\xBB\xBFa.jpg 1\nb.jpg 2\na.jpg 3\n", 3, &["a.jpg", "line 1", "label 1", "label 3"]);
+    // The largest label is fine, and so is the same path listed twice with one label.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ok.txt");
+    std::fs::write(&p, "a.jpg 4294967295\nb.jpg 0\na.jpg 4294967295\n").unwrap();
+    let s = Source::from_list_file(&p).unwrap();
+    assert_eq!(s.len(), 3);
+    assert_eq!(s.label(0), Some(u32::MAX));
+    assert_eq!(s.path(2), s.path(0));
+}
+
+#[test]
+fn issue_2_empty_lists_are_errors_not_hangs() {
+    for content in [&b""[..], b"\n\n", b"# header only\n", b"\xEF\xBB\xBF", b"   \r\n\t\n"] {
+        let (_, e, _dir) = list_error(content);
+        assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e:?}");
+        assert!(contains_ci(&e.to_string(), "no entries"), "{e}");
+    }
+    let e = Source::from_list_file("/nonexistent/imagefeed/list.txt").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Io { .. }), "{e:?}");
+    assert_eq!(e.path(), Some(Path::new("/nonexistent/imagefeed/list.txt")));
+    // Folders with nothing to load.
+    let dir = tempfile::tempdir().unwrap();
+    let e = Source::from_dir(dir.path()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e:?}");
+    std::fs::create_dir(dir.path().join("cls")).unwrap();
+    std::fs::write(dir.path().join("cls/readme.txt"), "no images").unwrap();
+    let e = Source::from_dir(dir.path()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e:?}");
+    assert_eq!(e.path(), Some(dir.path()));
+    let e = Source::open(dir.path().join("nope")).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Io { .. }), "{e:?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn issue_2_non_utf8_paths_load() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xE9 \xFF.jpg");
+    let path = dir.path().join(name);
+    if std::fs::write(&path, common::id_jpeg(9)).is_err() {
+        println!("skipping: this file system refuses non-UTF-8 names");
+        return;
+    }
+    let list = dir.path().join("list.txt");
+    std::fs::write(&list, b"caf\xE9 \xFF.jpg\t4\n").unwrap();
+    let source = Source::from_list_file(&list).unwrap();
+    assert_eq!(source.path(0), Some(path.clone()));
+    let loader = Loader::builder(source)
+        .batch_size(1)
+        .image_size(8)
+        .dtype(Dtype::U8)
+        .build()
+        .unwrap();
+    let b = common::collect_ok(loader.epoch(0)).pop().unwrap();
+    assert_eq!(b.labels(), &[4]);
+    assert_eq!(common::decode_id(&b.as_u8().unwrap()[..3]), 9);
+    // And an error about such a file still carries its exact path.
+    std::fs::write(&path, b"").unwrap();
+    let e = common::load_one(&path, |b| b).unwrap_err();
+    assert_eq!(e.path(), Some(path.as_path()));
+}
+
+// ---- settings ----
+
+#[test]
+fn issue_6_max_pixels_refuses_a_small_image() {
+    // baseline_420.jpg is 400x300 = 120,000 pixels; rgb.png is 300x200 = 60,000.
+    let jpeg = common::testdata("valid/baseline_420.jpg");
+    for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+        let e = expect_file_error(&jpeg, move |b| b.max_pixels(119_999).jpeg_decoder(decoder));
+        assert!(contains_ci(&e.to_string(), "max_pixels"), "{e}");
+        assert!(contains_ci(&e.to_string(), "400x300"), "{e}");
+        assert!(common::load_one(&jpeg, move |b| b.max_pixels(120_000).jpeg_decoder(decoder)).is_ok());
+    }
+    let png = common::testdata("valid/rgb.png");
+    let e = expect_file_error(&png, |b| b.max_pixels(59_999));
+    assert!(contains_ci(&e.to_string(), "max_pixels"), "{e}");
+    assert!(common::load_one(&png, |b| b.max_pixels(60_000)).is_ok());
+    // Under Skip, a refused image is a skip like any broken file.
+    let loader = Loader::builder(Source::from_entries([(jpeg.clone(), 0), (png.clone(), 1)]).unwrap())
+        .max_pixels(100_000)
+        .on_error(OnError::SKIP_ALL)
+        .build()
+        .unwrap();
+    let batches = common::collect_ok(loader.epoch(0));
+    assert_eq!(common::indices_of(&batches), [1]);
+    assert_eq!(loader.stats().skipped_samples[0].0, jpeg);
+}
+
+#[test]
+fn issue_6_host_memory_limit_names_what_to_lower() {
+    let source = Source::from_entries([("a.jpg", 0)]).unwrap();
+    let config_error = |b: LoaderBuilder| -> (&'static str, String) {
+        let e = b.build().expect_err("over the memory limit");
+        match e.kind() {
+            ErrorKind::InvalidConfig { setting, .. } => (*setting, e.to_string()),
+            _ => panic!("{e:?}"),
+        }
+    };
+    // The default max_pixels (100 M pixels, ~1.1 GB for one large image) dominates.
+    let (setting, msg) = config_error(Loader::builder(source.clone()).host_memory_limit(50_000_000));
+    assert_eq!(setting, "host_memory_limit");
+    assert!(msg.contains("lower max_pixels"), "{msg}");
+    // A huge shuffle buffer dominates.
+    let big = Loader::builder(source.clone()).max_pixels(1_000_000).shuffle_buffer(50_000);
+    let total = big.memory_budget().total();
+    let (_, msg) = config_error(big.clone().host_memory_limit(total - 1));
+    assert!(msg.contains("lower shuffle_buffer"), "{msg}");
+    assert!(big.host_memory_limit(total).build().is_ok(), "the limit is inclusive");
+    // Huge batches dominate.
+    let (_, msg) = config_error(
+        Loader::builder(source)
+            .max_pixels(1_000_000)
+            .batch_size(4096)
+            .host_memory_limit(100_000_000),
+    );
+    assert!(msg.contains("batch_size"), "{msg}");
+}
+
+#[test]
+fn issue_6_cuda_without_the_feature() {
+    let source = Source::from_entries([(common::testdata("valid/odd_7x5.jpg"), 0)]).unwrap();
+    let e = Loader::builder(source.clone())
+        .device(Device::Cuda(0))
+        .build()
+        .expect_err("no cuda feature in this build");
+    assert!(matches!(e.kind(), ErrorKind::FeatureDisabled { feature: "cuda" }), "{e:?}");
+    assert!(e.to_string().contains("--features cuda"), "{e}");
+    let loader = Loader::builder(source)
+        .device(Device::Cuda(0))
+        .fallback_to_host(true)
+        .batch_size(1)
+        .build()
+        .unwrap();
+    assert_eq!(loader.device(), Device::Host);
+    let batches = common::collect_ok(loader.epoch(0));
+    assert_eq!(batches.len(), 1);
+}
+
+#[test]
+fn invalid_settings_name_the_setting() {
+    let source = Source::from_entries([("a.jpg", 0)]).unwrap();
+    let cases: Vec<(LoaderBuilder, &str)> = vec![
+        (Loader::builder(source.clone()).batch_size(0), "batch_size"),
+        (Loader::builder(source.clone()).image_size(0), "image_size"),
+        (Loader::builder(source.clone()).image_size_hw(160, 0), "image_size"),
+        (Loader::builder(source.clone()).image_size(9000), "image_size"),
+        (Loader::builder(source.clone()).normalize([0.0; 3], [1.0, 0.0, 1.0]), "normalize"),
+        (Loader::builder(source.clone()).normalize([f32::NAN, 0.0, 0.0], [1.0; 3]), "normalize"),
+        (Loader::builder(source.clone()).normalize([0.0; 3], [1.0, f32::INFINITY, 1.0]), "normalize"),
+        (Loader::builder(source.clone()).prefetch(0), "prefetch"),
+        (Loader::builder(source.clone()).max_pixels(0), "max_pixels"),
+    ];
+    for (builder, want) in cases {
+        let e = builder.build().expect_err(want);
+        match e.kind() {
+            ErrorKind::InvalidConfig { setting, .. } => assert_eq!(*setting, want, "{e}"),
+            _ => panic!("{e:?}"),
+        }
+        assert!(e.to_string().contains(want), "{e}");
+        assert!(e.path().is_none() && !e.is_data_error());
+    }
+}
