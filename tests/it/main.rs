@@ -10,3 +10,4 @@ mod pipeline;
 mod decode;
 mod cache;
 mod errors;
+mod shutdown;
