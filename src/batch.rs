@@ -118,6 +118,7 @@ pub struct Batch {
     parts: Option<BatchParts>,
     format: BatchFormat,
     epoch: u64,
+    position: u64,
     pool: Option<Sender<BatchParts>>,
 }
 
@@ -126,12 +127,14 @@ impl Batch {
         parts: BatchParts,
         format: BatchFormat,
         epoch: u64,
+        position: u64,
         pool: Sender<BatchParts>,
     ) -> Self {
         Batch {
             parts: Some(parts),
             format,
             epoch,
+            position,
             pool: Some(pool),
         }
     }
@@ -172,6 +175,12 @@ impl Batch {
     /// The epoch this batch belongs to.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// How many samples of this rank's epoch plan are consumed once this batch is delivered:
+    /// the position a [`LoaderState`](crate::LoaderState) resumes from.
+    pub fn position(&self) -> u64 {
+        self.position
     }
 
     /// The label of each image.

@@ -37,6 +37,77 @@ pub enum CachePolicy {
     Rebuild,
 }
 
+/// How a sharded loader makes every rank's share the same size when the source does not
+/// divide evenly by the world size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ShardPadding {
+    /// Ranks take disjoint samples whose union is the whole source (`floor` or `ceil` of
+    /// `n / world_size` each); only when that would give ranks different batch counts does a
+    /// short rank repeat one sample from the start of the epoch's permutation. The default.
+    #[default]
+    EqualBatches,
+    /// Repeat samples from the start of the epoch's permutation so that every rank gets
+    /// `ceil(n / world_size)` samples (PyTorch's `DistributedSampler` default).
+    Repeat,
+    /// Drop the tail so that every rank gets `floor(n / world_size)` samples.
+    Drop,
+}
+
+/// Where a loader is in its epochs: a few numbers a training checkpoint can save. A loader
+/// with the same source and settings resumes from it with exactly the samples not yet
+/// delivered ([`Loader::resume`](crate::Loader::resume)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoaderState {
+    /// The loader's seed.
+    pub seed: u64,
+    /// The epoch.
+    pub epoch: u64,
+    /// Samples of this rank's epoch plan consumed (skipped ones included).
+    pub position: u64,
+    /// The rank.
+    pub rank: usize,
+    /// The world size.
+    pub world_size: usize,
+}
+
+impl std::fmt::Display for LoaderState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "imagefeed-state-v1 seed={} epoch={} position={} rank={} world_size={}",
+            self.seed, self.epoch, self.position, self.rank, self.world_size
+        )
+    }
+}
+
+impl std::str::FromStr for LoaderState {
+    type Err = Error;
+    /// Parses the form [`Display`](std::fmt::Display) writes.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || Error::config("resume", format!("`{s}` is not an imagefeed-state-v1 line"));
+        let mut words = s.split_whitespace();
+        if words.next() != Some("imagefeed-state-v1") {
+            return Err(bad());
+        }
+        let mut get = |key: &str| -> Result<u64, Error> {
+            words
+                .next()
+                .and_then(|w| w.strip_prefix(key))
+                .and_then(|w| w.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(bad)
+        };
+        Ok(LoaderState {
+            seed: get("seed")?,
+            epoch: get("epoch")?,
+            position: get("position")?,
+            rank: get("rank")? as usize,
+            world_size: get("world_size")? as usize,
+        })
+    }
+}
+
 /// All settings of a loader. Defaults live in `Default`.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -67,6 +138,9 @@ pub(crate) struct Config {
     pub(crate) fallback_to_host: bool,
     pub(crate) panic_on_index: Option<u64>,
     pub(crate) cache_free_space_override: Option<u64>,
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+    pub(crate) shard_padding: ShardPadding,
 }
 
 impl Default for Config {
@@ -99,6 +173,9 @@ impl Default for Config {
             fallback_to_host: false,
             panic_on_index: None,
             cache_free_space_override: None,
+            rank: 0,
+            world_size: 1,
+            shard_padding: ShardPadding::EqualBatches,
         }
     }
 }
@@ -405,6 +482,49 @@ impl LoaderBuilder {
         self
     }
 
+    /// Read only this rank's share of every epoch (default: rank 0 of 1). Each epoch, all ranks
+    /// take disjoint parts of the same seeded permutation (give every rank the same seed), their
+    /// union is the whole source, and every rank delivers the same number of samples and
+    /// batches ([`shard_padding`](Self::shard_padding)); a skipped sample is replaced by a copy
+    /// of a good one so that counts stay equal (see [`Stats::padded`](crate::Stats::padded)).
+    pub fn shard(mut self, rank: usize, world_size: usize) -> Self {
+        self.cfg.rank = rank;
+        self.cfg.world_size = world_size;
+        self
+    }
+
+    /// [`shard`](Self::shard) with the `RANK` and `WORLD_SIZE` environment variables that
+    /// torchrun, Slurm wrappers and MPI launchers set (rank 0 of 1 when both are absent).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) if one is set without the
+    /// other or either is not a number.
+    pub fn shard_from_env(self) -> Result<Self, Error> {
+        let read = |name: &'static str| -> Result<Option<usize>, Error> {
+            match std::env::var(name) {
+                Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+                    Error::config("shard_from_env", format!("{name}=`{v}` is not a number"))
+                }),
+                Err(_) => Ok(None),
+            }
+        };
+        match (read("RANK")?, read("WORLD_SIZE")?) {
+            (Some(r), Some(w)) => Ok(self.shard(r, w)),
+            (None, None) => Ok(self.shard(0, 1)),
+            _ => Err(Error::config(
+                "shard_from_env",
+                "RANK and WORLD_SIZE must be set together",
+            )),
+        }
+    }
+
+    /// How ranks get equal batch counts when the source does not divide evenly (default
+    /// [`ShardPadding::EqualBatches`]).
+    pub fn shard_padding(mut self, padding: ShardPadding) -> Self {
+        self.cfg.shard_padding = padding;
+        self
+    }
+
     /// Testing aid: make the decode thread panic on the sample with this dataset index.
     #[doc(hidden)]
     pub fn inject_panic_at_index(mut self, index: u64) -> Self {
@@ -453,6 +573,28 @@ impl LoaderBuilder {
         }
         if cfg.prefetch == 0 {
             return Err(Error::config("prefetch", "must be at least 1"));
+        }
+        if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
+            return Err(Error::config(
+                "shard",
+                format!(
+                    "rank {} of world size {}: need world_size >= 1 and rank < world_size",
+                    cfg.rank, cfg.world_size
+                ),
+            ));
+        }
+        if cfg.world_size > 1
+            && cfg.shard_padding == ShardPadding::Drop
+            && self.source.len() < cfg.world_size
+        {
+            return Err(Error::config(
+                "shard",
+                format!(
+                    "{} samples cannot give each of {} ranks one with ShardPadding::Drop",
+                    self.source.len(),
+                    cfg.world_size
+                ),
+            ));
         }
         if cfg.max_pixels == 0 {
             return Err(Error::config("max_pixels", "must be at least 1"));

@@ -14,7 +14,11 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
         apply_exif: true,
         check_extension: true,
         dct_scaling: true,
-        jpeg_decoder: if zune { JpegDecoder::Zune } else { JpegDecoder::Auto },
+        jpeg_decoder: if zune {
+            JpegDecoder::Zune
+        } else {
+            JpegDecoder::Auto
+        },
     };
     let size = size.clamp(1, 256);
     let geom = Geometry {
@@ -60,10 +64,16 @@ pub fn read_cache(bytes: &[u8]) -> usize {
     };
     let mut good = 0;
     for i in 0..header.count.min(1000) {
-        let Some(start) = header.record_offset(i).and_then(|s| usize::try_from(s).ok()) else {
+        let Some(start) = header
+            .record_offset(i)
+            .and_then(|s| usize::try_from(s).ok())
+        else {
             break;
         };
-        let Some(end) = usize::try_from(header.record_len()).ok().and_then(|l| start.checked_add(l)) else {
+        let Some(end) = usize::try_from(header.record_len())
+            .ok()
+            .and_then(|l| start.checked_add(l))
+        else {
             break;
         };
         let Some(rec) = bytes.get(start..end) else {

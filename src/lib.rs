@@ -60,9 +60,9 @@ mod cache;
 pub mod corpus;
 mod decode;
 mod error;
+pub mod floor;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod floor;
 mod loader;
 mod pipeline;
 mod prefetch;
@@ -74,7 +74,7 @@ mod stats;
 mod transform;
 
 pub use batch::{Batch, Images};
-pub use builder::{CachePolicy, Device, LoaderBuilder, MemoryBudget};
+pub use builder::{CachePolicy, Device, LoaderBuilder, LoaderState, MemoryBudget, ShardPadding};
 pub use decode::JpegDecoder;
 pub use error::{BoxError, Error, ErrorKind, OnError};
 pub use loader::{Batches, Loader};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::batch::Batch;
+use crate::builder::{Config, Device, LoaderBuilder, LoaderState, MemoryBudget};
 use crate::cache::Cache;
-use crate::builder::{Config, Device, LoaderBuilder, MemoryBudget};
 use crate::decode::LargeGate;
 use crate::error::Error;
 use crate::pipeline::{self, Running};
@@ -74,6 +74,53 @@ impl Loader {
     ///
     /// Dropping the iterator, also partway through, stops and joins the epoch's threads.
     pub fn epoch(&self, epoch: u64) -> Batches {
+        self.start(epoch, 0)
+    }
+
+    /// Continues an epoch from a saved [`LoaderState`] (from [`Batches::state`]): delivers
+    /// exactly the samples of that epoch not yet delivered, in the same order, then ends.
+    /// Needs the same source, seed and shard as the loader that saved it, and no shuffle
+    /// buffer (its contents are not part of the state). A mismatch is an error yielded by the
+    /// iterator.
+    pub fn resume(&self, state: &LoaderState) -> Batches {
+        let cfg = &self.cfg;
+        let mismatch = if state.seed != cfg.seed {
+            Some(format!(
+                "the state has seed {}, the loader {}",
+                state.seed, cfg.seed
+            ))
+        } else if (state.rank, state.world_size) != (cfg.rank, cfg.world_size) {
+            Some(format!(
+                "the state is for rank {} of {}, the loader is rank {} of {}",
+                state.rank, state.world_size, cfg.rank, cfg.world_size
+            ))
+        } else if cfg.shuffle_buffer > 0 {
+            Some("resuming needs shuffle_buffer(0): the buffer's contents are not saved".into())
+        } else {
+            None
+        };
+        match (mismatch, usize::try_from(state.position)) {
+            (None, Ok(position)) => self.start(state.epoch, position),
+            (why, _) => Batches {
+                running: None,
+                pending: Some(Error::config(
+                    "resume",
+                    why.unwrap_or_else(|| "position out of range".into()),
+                )),
+                stats: self.stats.clone(),
+                state: *state,
+            },
+        }
+    }
+
+    fn start(&self, epoch: u64, position: usize) -> Batches {
+        let state = LoaderState {
+            seed: self.cfg.seed,
+            epoch,
+            position: position as u64,
+            rank: self.cfg.rank,
+            world_size: self.cfg.world_size,
+        };
         let started = pipeline::start(
             self.cfg.clone(),
             self.source.clone(),
@@ -81,17 +128,20 @@ impl Loader {
             self.gate.clone(),
             self.cache.clone(),
             epoch,
+            position,
         );
         match started {
             Ok(running) => Batches {
                 running: Some(running),
                 pending: None,
                 stats: self.stats.clone(),
+                state,
             },
             Err(e) => Batches {
                 running: None,
                 pending: Some(e),
                 stats: self.stats.clone(),
+                state,
             },
         }
     }
@@ -116,9 +166,21 @@ impl Loader {
         self.source.is_empty()
     }
 
-    /// Batches per epoch when no sample is skipped.
+    /// Samples this rank delivers per epoch (all of them without sharding; skipped samples
+    /// are replaced by copies under sharding).
+    pub fn samples_per_epoch(&self) -> usize {
+        let (n, w) = (self.len(), self.cfg.world_size);
+        if w <= 1 {
+            n
+        } else {
+            crate::pipeline::plan_len(&self.cfg, n)
+        }
+    }
+
+    /// Batches per epoch when no sample is skipped (with sharding, on every rank, skipped or
+    /// not).
     pub fn batches_per_epoch(&self) -> usize {
-        let n = self.len();
+        let n = self.samples_per_epoch();
         if self.cfg.drop_remainder {
             n / self.cfg.batch_size
         } else {
@@ -155,9 +217,16 @@ pub struct Batches {
     running: Option<Running>,
     pending: Option<Error>,
     stats: Arc<StatsCell>,
+    state: LoaderState,
 }
 
 impl Batches {
+    /// The loader's position after the last batch this iterator delivered: save it with a
+    /// training checkpoint and pass it to [`Loader::resume`] to continue from there.
+    pub fn state(&self) -> LoaderState {
+        self.state
+    }
+
     /// The counters of this epoch so far.
     pub fn stats(&self) -> Stats {
         self.stats.snapshot()
@@ -191,6 +260,7 @@ impl Iterator for Batches {
         add(&self.stats.consumer_wait_ns, waited.elapsed());
         match received {
             Ok(Ok(batch)) => {
+                self.state.position = batch.position();
                 self.stats.images.fetch_add(batch.len() as u64, Relaxed);
                 self.stats.batches.fetch_add(1, Relaxed);
                 Some(Ok(batch))

@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use imagefeed::{procinfo, Device, Dtype, JpegDecoder, Layout, Loader, OnError, Source};
+use imagefeed::{
+    procinfo, Device, Dtype, JpegDecoder, Layout, Loader, LoaderState, OnError, ShardPadding,
+    Source,
+};
+use std::io::Write as _;
 
 #[derive(Parser)]
 #[command(
@@ -100,6 +104,29 @@ struct BenchArgs {
     /// Cache decoded samples in this file (written by the first epoch, read by later ones).
     #[arg(long)]
     cache: Option<PathBuf>,
+    /// This process's rank (default: $RANK, else 0).
+    #[arg(long)]
+    rank: Option<usize>,
+    /// Number of ranks sharing each epoch (default: $WORLD_SIZE, else 1).
+    #[arg(long)]
+    world_size: Option<usize>,
+    /// How ranks get equal batch counts: equal-batches (disjoint, complete), repeat or drop.
+    #[arg(long, value_enum, default_value_t = PaddingArg::EqualBatches)]
+    shard_padding: PaddingArg,
+    /// Write the dataset index of every delivered sample, one a line, in delivery order.
+    #[arg(long)]
+    indices_out: Option<PathBuf>,
+    /// Stop after this many batches (of the first epoch run) and write the loader state to
+    /// --state-out.
+    #[arg(long)]
+    max_batches: Option<u64>,
+    /// Where --max-batches writes the loader state (one line).
+    #[arg(long)]
+    state_out: Option<PathBuf>,
+    /// Resume from a loader state written by --state-out: finish that epoch, then run the
+    /// following epochs up to --epochs in all.
+    #[arg(long)]
+    resume_from: Option<PathBuf>,
     /// Deliver batches to this device: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -126,6 +153,13 @@ enum LayoutArg {
 enum OnErrorArg {
     Fail,
     Skip,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PaddingArg {
+    EqualBatches,
+    Repeat,
+    Drop,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -317,6 +351,19 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     if let Some(c) = &a.cache {
         builder = builder.cache(c);
     }
+    builder = builder.shard_from_env()?;
+    if a.rank.is_some() || a.world_size.is_some() {
+        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+        builder = builder.shard(
+            a.rank.or_else(|| env("RANK")).unwrap_or(0),
+            a.world_size.or_else(|| env("WORLD_SIZE")).unwrap_or(1),
+        );
+    }
+    builder = builder.shard_padding(match a.shard_padding {
+        PaddingArg::EqualBatches => ShardPadding::EqualBatches,
+        PaddingArg::Repeat => ShardPadding::Repeat,
+        PaddingArg::Drop => ShardPadding::Drop,
+    });
     let loader = builder.build()?;
     let budget = loader.memory_budget();
     if !a.json {
@@ -327,8 +374,24 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             a.batch_size
         );
     }
+    let mut indices_out = match &a.indices_out {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let resume: Option<LoaderState> = match &a.resume_from {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .trim()
+                .parse()?,
+        ),
+        None => None,
+    };
+    let first_epoch = resume.map_or(0, |s| s.epoch);
     let mut reports = Vec::new();
-    for epoch in 0..a.epochs {
+    for epoch in first_epoch..first_epoch.max(a.epochs) {
         procinfo::reset_peak_rss();
         let bar = if a.json {
             indicatif::ProgressBar::hidden()
@@ -344,8 +407,32 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         bar.set_prefix(epoch.to_string());
         let sampler = AnonSampler::start();
         let mut checksum = 0f64;
-        for batch in loader.epoch(epoch) {
+        let mut batches = match resume {
+            Some(state) if state.epoch == epoch => loader.resume(&state),
+            _ => loader.epoch(epoch),
+        };
+        let mut delivered = 0u64;
+        while let Some(batch) = batches.next() {
             let batch = batch?;
+            if let Some(out) = indices_out.as_mut() {
+                for i in batch.indices() {
+                    writeln!(out, "{i}")?;
+                }
+            }
+            delivered += 1;
+            if a.max_batches == Some(delivered) {
+                let state = batches.state();
+                if let Some(p) = &a.state_out {
+                    std::fs::write(p, format!("{state}\n"))
+                        .map_err(|e| format!("{}: {e}", p.display()))?;
+                }
+                eprintln!("imagefeed: stopped after {delivered} batches; state: {state}");
+                drop(batches);
+                if let Some(out) = indices_out.as_mut() {
+                    out.flush()?;
+                }
+                return Ok(reports);
+            }
             // Touch the batch as a training step would read it.
             checksum += f64::from(
                 batch
@@ -357,6 +444,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             );
             bar.inc(batch.len() as u64);
         }
+        drop(batches);
         bar.finish_and_clear();
         std::hint::black_box(checksum);
         let s = loader.stats();
@@ -411,6 +499,9 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             }
         }
         reports.push(report);
+    }
+    if let Some(out) = indices_out.as_mut() {
+        out.flush()?;
     }
     Ok(reports)
 }

@@ -38,7 +38,7 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::batch::{Batch, BatchFormat, BatchParts, Batcher};
-use crate::builder::{CachePolicy, Config};
+use crate::builder::{CachePolicy, Config, ShardPadding};
 use crate::cache::{Cache, CachedSample, EpochCache};
 use crate::decode::{Decoder, LargeGate};
 use crate::error::{DecodeFailure, Error, ErrorKind, OnError};
@@ -117,6 +117,8 @@ pub(crate) struct EpochShared {
     pub(crate) stats: Arc<StatsCell>,
     pub(crate) gate: Arc<LargeGate>,
     pub(crate) epoch: u64,
+    /// Plan positions already delivered before this run (resumption).
+    offset: usize,
     cache: Option<Arc<Cache>>,
     cache_mode: EpochCache,
     plan: Vec<u32>,
@@ -138,17 +140,54 @@ pub(crate) struct Running {
     pub(crate) window: Arc<Window>,
 }
 
-/// The order in which an epoch visits the source: a seeded permutation, or file order.
+/// The order in which one rank visits the source in an epoch: a seeded permutation of the
+/// whole source (or file order), of which rank `r` of `w` takes positions `r, r + w, r + 2w, …`
+/// (as PyTorch's `DistributedSampler`), padded or cut per [`ShardPadding`] so that every rank
+/// delivers the same number of batches.
 pub(crate) fn plan(cfg: &Config, len: usize, epoch: u64) -> Vec<u32> {
     let n = len as u32;
-    if cfg.shuffle {
+    let order: Vec<u32> = if cfg.shuffle {
         rng::permutation(
             n,
             &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION),
         )
     } else {
         (0..n).collect()
+    };
+    let (rank, world) = (cfg.rank, cfg.world_size);
+    if world <= 1 || len == 0 {
+        return order;
     }
+    let own = (len - rank).div_ceil(world); // this rank's disjoint share
+    let count = match cfg.shard_padding {
+        ShardPadding::Repeat => len.div_ceil(world),
+        ShardPadding::Drop => len / world,
+        ShardPadding::EqualBatches => {
+            let batches = |c: usize| {
+                if cfg.drop_remainder {
+                    c / cfg.batch_size
+                } else {
+                    c.div_ceil(cfg.batch_size)
+                }
+            };
+            let most = len.div_ceil(world);
+            if batches(own) < batches(most) {
+                most
+            } else {
+                own
+            }
+        }
+    };
+    (0..count)
+        .map(|k| order[(rank + k * world) % len])
+        .collect()
+}
+
+/// The length of [`plan`] without building it.
+pub(crate) fn plan_len(cfg: &Config, len: usize) -> usize {
+    let mut c = cfg.clone();
+    c.shuffle = false;
+    plan(&c, len, 0).len()
 }
 
 /// Starts the threads of one epoch.
@@ -159,6 +198,7 @@ pub(crate) fn start(
     gate: Arc<LargeGate>,
     cache: Option<Arc<Cache>>,
     epoch: u64,
+    start_at: usize,
 ) -> Result<Running, Error> {
     let threads = cfg.threads();
     let window_size = cfg.reorder_window();
@@ -166,7 +206,17 @@ pub(crate) fn start(
         Some(c) => c.begin_epoch()?,
         None => EpochCache::Off,
     };
-    let plan = plan(&cfg, source.len(), epoch);
+    let mut plan = plan(&cfg, source.len(), epoch);
+    if start_at > plan.len() {
+        return Err(Error::config(
+            "resume",
+            format!(
+                "position {start_at} is past the epoch's {} samples",
+                plan.len()
+            ),
+        ));
+    }
+    plan.drain(..start_at);
     let window = Arc::new(Window::new(window_size, plan.len()));
     let mode_code = match cache_mode {
         EpochCache::Off => 0,
@@ -175,9 +225,10 @@ pub(crate) fn start(
     };
     stats.reset(epoch, threads, cfg.prefetch, mode_code);
     let cache_bytes = cache.as_ref().and_then(|c| c.size_on_disk());
-    stats
-        .cache_bytes_plus_one
-        .store(cache_bytes.map_or(0, |b| b + 1), std::sync::atomic::Ordering::Relaxed);
+    stats.cache_bytes_plus_one.store(
+        cache_bytes.map_or(0, |b| b + 1),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let shared = Arc::new(EpochShared {
         samples: bounded(window_size + cfg.shuffle_buffer + 2),
         cfg: cfg.clone(),
@@ -185,6 +236,7 @@ pub(crate) fn start(
         stats,
         gate,
         epoch,
+        offset: start_at,
         cache,
         cache_mode,
         plan,
@@ -290,18 +342,26 @@ fn load(
     if let (EpochCache::Read(map), Some(cache)) = (&shared.cache_mode, &shared.cache) {
         let expected = shared.source.index.label(index as usize);
         let read = Cache::read(map, index, buf).and_then(|sample| match sample {
-            CachedSample::Pixels { label } | CachedSample::Failed { label, .. } if label != expected => {
-                Err(format!("record {index} has label {label}, the source says {expected}"))
+            CachedSample::Pixels { label } | CachedSample::Failed { label, .. }
+                if label != expected =>
+            {
+                Err(format!(
+                    "record {index} has label {label}, the source says {expected}"
+                ))
             }
             other => Ok(other),
         });
         match read {
             Ok(CachedSample::Pixels { .. }) => {
-                stats.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                stats
+                    .cache_hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(());
             }
             Ok(CachedSample::Failed { message, .. }) => {
-                stats.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                stats
+                    .cache_hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Err(Error::decode(path, DecodeFailure(message)));
             }
             Err(why) => match cache.policy() {
@@ -333,23 +393,15 @@ struct Sink<'a> {
     format: BatchFormat,
     pool: (Sender<BatchParts>, Receiver<BatchParts>),
     out: &'a Sender<Result<Batch, Error>>,
+    /// Plan position (counting resumed ones) after the last sample written.
+    position: u64,
 }
 
 impl Sink<'_> {
     /// Writes a sample into the current batch; sends the batch when full. `false`: the
     /// consumer is gone.
     fn emit(&mut self, pixels: Vec<u8>, index: u32) -> bool {
-        let label = self.shared.source.index.label(index as usize);
-        let (format, pool_rx) = (self.format, &self.pool.1);
-        let full = self.batcher.add(&pixels, label, u64::from(index), || {
-            pool_rx.try_recv().unwrap_or_else(|_| {
-                BatchParts::new(
-                    format.dtype,
-                    format.batch_size,
-                    format.height * format.width * 3,
-                )
-            })
-        });
+        let full = self.write(&pixels, index);
         let _ = self.shared.samples.0.try_send(pixels);
         match full {
             Some(parts) => self.send(parts),
@@ -357,8 +409,40 @@ impl Sink<'_> {
         }
     }
 
+    fn write(&mut self, pixels: &[u8], index: u32) -> Option<BatchParts> {
+        let label = self.shared.source.index.label(index as usize);
+        let (format, pool_rx) = (self.format, &self.pool.1);
+        self.batcher.add(pixels, label, u64::from(index), || {
+            pool_rx.try_recv().unwrap_or_else(|_| {
+                BatchParts::new(
+                    format.dtype,
+                    format.batch_size,
+                    format.height * format.width * 3,
+                )
+            })
+        })
+    }
+
+    /// Writes a copy of a sample in place of a skipped one (sharded epochs keep their size).
+    fn pad(&mut self, pixels: &[u8], index: u32) -> bool {
+        self.shared
+            .stats
+            .padded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self.write(pixels, index) {
+            Some(parts) => self.send(parts),
+            None => true,
+        }
+    }
+
     fn send(&mut self, parts: BatchParts) -> bool {
-        let batch = Batch::new(parts, self.format, self.shared.epoch, self.pool.0.clone());
+        let batch = Batch::new(
+            parts,
+            self.format,
+            self.shared.epoch,
+            self.position,
+            self.pool.0.clone(),
+        );
         let waited = Instant::now();
         let ok = self.out.send(Ok(batch)).is_ok();
         add(&self.shared.stats.batcher_wait_ns, waited.elapsed());
@@ -374,6 +458,13 @@ impl Sink<'_> {
             None => true,
         }
     }
+}
+
+fn remember(slot: &mut Option<(Vec<u8>, u32)>, pixels: &[u8], index: u32) {
+    let (buf, i) = slot.get_or_insert_with(|| (Vec::with_capacity(pixels.len()), 0));
+    buf.clear();
+    buf.extend_from_slice(pixels);
+    *i = index;
 }
 
 fn batch_loop(shared: &EpochShared, rx: &Receiver<Loaded>, out: &Sender<Result<Batch, Error>>) {
@@ -408,7 +499,13 @@ fn batch_loop_inner(
         format,
         pool: bounded(1),
         out,
+        position: shared.offset as u64,
     };
+    // Sharded epochs must keep every rank's batch count equal, so a skipped sample is replaced
+    // by a copy of the next (or, at the end, the last) good one; labels stay with their images.
+    let keep_size = cfg.world_size > 1;
+    let mut owed_padding = 0u64;
+    let mut last_good: Option<(Vec<u8>, u32)> = None;
     let size = shared.window.size;
     let total = shared.plan.len();
     let mut ring: Vec<Option<Loaded>> = (0..size).map(|_| None).collect();
@@ -429,7 +526,19 @@ fn batch_loop_inner(
             shared.window.release(next);
             match msg.result {
                 Ok(pixels) => {
+                    if keep_size {
+                        while owed_padding > 0 {
+                            owed_padding -= 1;
+                            if !sink.pad(&pixels, msg.index) {
+                                return Ok(());
+                            }
+                        }
+                    }
                     if let Some((px, idx)) = shuffle.push((pixels, msg.index)) {
+                        sink.position = (shared.offset + next) as u64;
+                        if keep_size {
+                            remember(&mut last_good, &px, idx);
+                        }
                         if !sink.emit(px, idx) {
                             return Ok(());
                         }
@@ -441,6 +550,7 @@ fn batch_loop_inner(
                         let path = e.path().map(PathBuf::from).unwrap_or_default();
                         log::warn!("skipping sample {}: {e}", msg.index);
                         shared.stats.record_skip(path, e.to_string());
+                        owed_padding += 1;
                         if skipped > max {
                             return Err(Error::new(ErrorKind::TooManyFailures {
                                 skipped,
@@ -453,9 +563,22 @@ fn batch_loop_inner(
             }
         }
     }
+    sink.position = (shared.offset + total) as u64;
     while let Some((px, idx)) = shuffle.drain_one() {
+        if keep_size {
+            remember(&mut last_good, &px, idx);
+        }
         if !sink.emit(px, idx) {
             return Ok(());
+        }
+    }
+    if keep_size && owed_padding > 0 {
+        if let Some((px, idx)) = last_good.take() {
+            for _ in 0..owed_padding {
+                if !sink.pad(&px, idx) {
+                    return Ok(());
+                }
+            }
         }
     }
     if !sink.finish() {

@@ -25,6 +25,9 @@ pub struct Stats {
     pub skipped: u64,
     /// The skipped samples' paths and reasons (the first 10,000).
     pub skipped_samples: Vec<(PathBuf, String)>,
+    /// Copies of good samples delivered in place of skipped ones, so that every rank of a
+    /// sharded loader delivers the same number of images (0 without sharding).
+    pub padded: u64,
     /// Samples read from the on-disk cache instead of decoded.
     pub cache_hits: u64,
     /// Whether this epoch read its samples from a complete on-disk cache.
@@ -77,6 +80,7 @@ pub(crate) struct StatsCell {
     pub(crate) images: AtomicU64,
     pub(crate) batches: AtomicU64,
     pub(crate) skipped: AtomicU64,
+    pub(crate) padded: AtomicU64,
     pub(crate) cache_hits: AtomicU64,
     pub(crate) decode_busy_ns: AtomicU64,
     pub(crate) decode_wait_ns: AtomicU64,
@@ -104,6 +108,7 @@ impl StatsCell {
             &self.images,
             &self.batches,
             &self.skipped,
+            &self.padded,
             &self.cache_hits,
             &self.decode_busy_ns,
             &self.decode_wait_ns,
@@ -150,6 +155,7 @@ impl StatsCell {
             images: self.images.load(Relaxed),
             batches: self.batches.load(Relaxed),
             skipped: self.skipped.load(Relaxed),
+            padded: self.padded.load(Relaxed),
             skipped_samples: self
                 .skipped_samples
                 .lock()

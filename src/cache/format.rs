@@ -111,7 +111,9 @@ impl Header {
         let u64_at = |p: usize| u64::from_le_bytes(b[p..p + 8].try_into().expect("8 bytes"));
         let version = u32_at(8);
         if version != VERSION {
-            return Err(format!("format version {version}, this build reads {VERSION}"));
+            return Err(format!(
+                "format version {version}, this build reads {VERSION}"
+            ));
         }
         let body = 76;
         if u64_at(body) != xxh3_64(&b[..body]) {
@@ -153,7 +155,12 @@ impl Header {
 }
 
 /// Encodes a record header plus payload checksum into `out[..RECORD_HEADER_LEN]`.
-pub(crate) fn encode_record_header(status: u8, label: u32, index: u32, payload: &[u8]) -> [u8; RECORD_HEADER_LEN] {
+pub(crate) fn encode_record_header(
+    status: u8,
+    label: u32,
+    index: u32,
+    payload: &[u8],
+) -> [u8; RECORD_HEADER_LEN] {
     let mut h = [0u8; RECORD_HEADER_LEN];
     h[0] = status;
     h[4..8].copy_from_slice(&label.to_le_bytes());
@@ -175,7 +182,11 @@ pub(crate) enum Record<'a> {
 
 /// Checks and decodes record bytes (`RECORD_HEADER_LEN + sample_len`). `Err` says what is
 /// wrong, for a `CorruptCache` error.
-pub(crate) fn decode_record(bytes: &[u8], index: u32, sample_len: usize) -> Result<Record<'_>, String> {
+pub(crate) fn decode_record(
+    bytes: &[u8],
+    index: u32,
+    sample_len: usize,
+) -> Result<Record<'_>, String> {
     if bytes.len() < RECORD_HEADER_LEN + sample_len {
         return Err("record shorter than its length".into());
     }
@@ -201,9 +212,13 @@ pub(crate) fn decode_record(bytes: &[u8], index: u32, sample_len: usize) -> Resu
         return Err(format!("record {index} holds sample {stored_index}"));
     }
     if status == STATUS_PIXELS {
-        Ok(Record::Pixels { label, pixels: payload })
+        Ok(Record::Pixels {
+            label,
+            pixels: payload,
+        })
     } else {
-        let message = std::str::from_utf8(payload).map_err(|_| format!("record {index}: message is not UTF-8"))?;
+        let message = std::str::from_utf8(payload)
+            .map_err(|_| format!("record {index}: message is not UTF-8"))?;
         Ok(Record::Failed { label, message })
     }
 }
@@ -237,12 +252,16 @@ impl CacheMap {
                 "{} bytes, but {} samples need {} bytes (incomplete or truncated)",
                 map.len(),
                 header.count,
-                header.file_len().map_or_else(|| "too many".into(), |l| l.to_string())
+                header
+                    .file_len()
+                    .map_or_else(|| "too many".into(), |l| l.to_string())
             )));
         }
         let footer = &map[map.len() - FOOTER_LEN as usize..];
         if footer != header.footer() {
-            return Ok(Err("no completion marker (the writer did not finish)".into()));
+            return Ok(Err(
+                "no completion marker (the writer did not finish)".into()
+            ));
         }
         #[cfg(unix)]
         {
@@ -308,13 +327,22 @@ mod tests {
         for at in [0, 5, 9, 13, 17, 30, 83] {
             let mut bad = rec.clone();
             bad[at] ^= 0x10;
-            assert!(decode_record(&bad, 2, 60).is_err(), "flip at {at} not detected");
+            assert!(
+                decode_record(&bad, 2, 60).is_err(),
+                "flip at {at} not detected"
+            );
         }
         assert!(decode_record(&rec, 1, 60).is_err(), "wrong index accepted");
         let msg = b"x.jpg: truncated";
         let mut rec = encode_record_header(STATUS_FAILED, 1, 0, msg).to_vec();
         rec.extend_from_slice(msg);
         rec.resize(RECORD_HEADER_LEN + 60, 0);
-        assert!(matches!(decode_record(&rec, 0, 60), Ok(Record::Failed { message: "x.jpg: truncated", .. })));
+        assert!(matches!(
+            decode_record(&rec, 0, 60),
+            Ok(Record::Failed {
+                message: "x.jpg: truncated",
+                ..
+            })
+        ));
     }
 }

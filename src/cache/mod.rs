@@ -151,14 +151,16 @@ impl Cache {
     fn stale_reason(&self, found: &Header) -> String {
         let want = &self.header;
         if found.fingerprint != want.fingerprint || found.count != want.count {
-            "stale: the source changed (a file's size, modification time or label, or the list)".into()
+            "stale: the source changed (a file's size, modification time or label, or the list)"
+                .into()
         } else if (found.height, found.width) != (want.height, want.width) {
             format!(
                 "stale: made for {}x{} samples, the loader wants {}x{}",
                 found.height, found.width, want.height, want.width
             )
         } else {
-            "stale: made with other transform settings (resize mode, EXIF, decoder, max_pixels)".into()
+            "stale: made with other transform settings (resize mode, EXIF, decoder, max_pixels)"
+                .into()
         }
     }
 
@@ -257,7 +259,10 @@ impl Cache {
     pub(crate) fn invalidate(&self, why: &str) {
         let mut state = self.lock_state();
         if state.take().is_some() {
-            log::warn!("cache {} is corrupt ({why}); it will be rebuilt", self.path.display());
+            log::warn!(
+                "cache {} is corrupt ({why}); it will be rebuilt",
+                self.path.display()
+            );
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -349,7 +354,12 @@ impl Writer {
         while !reason.is_char_boundary(end) {
             end -= 1;
         }
-        self.put(format::STATUS_FAILED, index, label, &reason.as_bytes()[..end]);
+        self.put(
+            format::STATUS_FAILED,
+            index,
+            label,
+            &reason.as_bytes()[..end],
+        );
     }
 
     fn put(&self, status: u8, index: u32, label: u32, payload: &[u8]) {
@@ -360,7 +370,8 @@ impl Writer {
             return;
         };
         let head = format::encode_record_header(status, label, index, payload);
-        let r = write_at(&self.file, &head, at).and_then(|()| write_at(&self.file, payload, at + RECORD_HEADER_LEN as u64));
+        let r = write_at(&self.file, &head, at)
+            .and_then(|()| write_at(&self.file, payload, at + RECORD_HEADER_LEN as u64));
         match r {
             Ok(()) => {
                 self.written.fetch_add(1, Relaxed);

@@ -5,9 +5,10 @@
 // A failed `unwrap` in a test is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-mod pipeline;
-mod decode;
 mod cache;
+mod common;
+mod decode;
 mod errors;
+mod pipeline;
+mod shard;
 mod shutdown;
