@@ -5,12 +5,18 @@
 use imagefeed::{Loader, Source};
 
 fn main() -> Result<(), imagefeed::Error> {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "testdata/classes".into());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "testdata/classes".into());
     let loader = Loader::builder(Source::open(&path)?)
         .batch_size(4)
         .seed(42)
         .build()?;
-    println!("{} samples; memory budget {}", loader.len(), loader.memory_budget());
+    println!(
+        "{} samples; memory budget {}",
+        loader.len(),
+        loader.memory_budget()
+    );
     for batch in loader.epoch(0) {
         let batch = batch?;
         let pixels = batch.as_f32().expect("f32 is the default dtype");

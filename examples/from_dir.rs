@@ -6,7 +6,9 @@
 use imagefeed::{Dtype, Layout, Loader, OnError, Source};
 
 fn main() -> Result<(), imagefeed::Error> {
-    let dir = std::env::args().nth(1).unwrap_or_else(|| "testdata/classes".into());
+    let dir = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "testdata/classes".into());
     let source = Source::from_dir(&dir)?;
     println!("classes: {:?}", source.class_names().unwrap_or_default());
     let loader = Loader::builder(source)

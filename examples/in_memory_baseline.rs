@@ -12,11 +12,15 @@ use rayon::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let path = args.next().ok_or("usage: in_memory_baseline LIST_OR_DIR [THREADS]")?;
+    let path = args
+        .next()
+        .ok_or("usage: in_memory_baseline LIST_OR_DIR [THREADS]")?;
     let threads: usize = args.next().map(|t| t.parse()).transpose()?.unwrap_or(0);
     let source = imagefeed::Source::open(&path)?;
     let n = source.len();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
     let start = Instant::now();
     // The naive approach: decode all (the `image` crate), resize, then stack in one array.
     let decoded: Vec<Option<Vec<f32>>> = pool.install(|| {
@@ -26,7 +30,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let p = source.path(i)?;
                 let img = image::open(&p).ok()?.to_rgb8();
                 let small = image::imageops::resize(&img, 160, 160, FilterType::Triangle);
-                Some(small.into_raw().into_iter().map(|v| f32::from(v) / 255.0).collect())
+                Some(
+                    small
+                        .into_raw()
+                        .into_iter()
+                        .map(|v| f32::from(v) / 255.0)
+                        .collect(),
+                )
             })
             .collect()
     });

@@ -36,14 +36,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (xi, &label) in x.chunks_exact(FEATURES).zip(batch.labels()) {
                 let mut logits = [0f32; CLASSES];
                 for (c, l) in logits.iter_mut().enumerate() {
-                    *l = b[c] + w[c * FEATURES..(c + 1) * FEATURES].iter().zip(xi).map(|(a, v)| a * v).sum::<f32>();
+                    *l = b[c]
+                        + w[c * FEATURES..(c + 1) * FEATURES]
+                            .iter()
+                            .zip(xi)
+                            .map(|(a, v)| a * v)
+                            .sum::<f32>();
                 }
                 let max = logits.iter().cloned().fold(f32::MIN, f32::max);
                 let exp: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
                 let z: f32 = exp.iter().sum();
                 let label = label as usize;
                 loss_sum += f64::from(-(exp[label] / z).ln());
-                let predicted = (0..CLASSES).max_by(|&i, &j| logits[i].total_cmp(&logits[j])).unwrap_or(0);
+                let predicted = (0..CLASSES)
+                    .max_by(|&i, &j| logits[i].total_cmp(&logits[j]))
+                    .unwrap_or(0);
                 correct += usize::from(predicted == label);
                 seen += 1;
                 for c in 0..CLASSES {
@@ -55,8 +62,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             let scale = lr / batch.len() as f32;
-            w.iter_mut().zip(&grad_w).for_each(|(wi, g)| *wi -= scale * g);
-            b.iter_mut().zip(&grad_b).for_each(|(bi, g)| *bi -= scale * g);
+            w.iter_mut()
+                .zip(&grad_w)
+                .for_each(|(wi, g)| *wi -= scale * g);
+            b.iter_mut()
+                .zip(&grad_b)
+                .for_each(|(bi, g)| *bi -= scale * g);
         }
         println!(
             "epoch {epoch}: loss {:.3}, train accuracy {:.1}% ({seen} images, peak RSS {:.0} MB)",

@@ -10,11 +10,17 @@ use imagefeed::{Batch, CachePolicy, Dtype, ErrorKind, Loader, LoaderBuilder, OnE
 use crate::common::{corpus, subset};
 
 fn source(n: usize) -> Source {
-    subset(&Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap(), n)
+    subset(
+        &Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap(),
+        n,
+    )
 }
 
 fn builder(source: Source) -> LoaderBuilder {
-    Loader::builder(source).batch_size(8).decode_threads(2).seed(3)
+    Loader::builder(source)
+        .batch_size(8)
+        .decode_threads(2)
+        .seed(3)
 }
 
 fn run_epoch(loader: &Loader, epoch: u64) -> Vec<Batch> {
@@ -37,7 +43,11 @@ fn issue_3_cached_batches_are_bit_identical_to_uncached() {
     for dtype in [Dtype::F32, Dtype::U8] {
         let _ = std::fs::remove_file(&cache);
         let plain = builder(source(40)).dtype(dtype).build().unwrap();
-        let cached = builder(source(40)).dtype(dtype).cache(&cache).build().unwrap();
+        let cached = builder(source(40))
+            .dtype(dtype)
+            .cache(&cache)
+            .build()
+            .unwrap();
         let first = run_epoch(&cached, 0);
         let s = cached.stats();
         assert!(s.wrote_cache && !s.from_cache, "{s:?}");
@@ -50,11 +60,18 @@ fn issue_3_cached_batches_are_bit_identical_to_uncached() {
             same_batches(&again, &run_epoch(&plain, epoch));
         }
         // A new loader (a later run) reads the same file.
-        let later = builder(source(40)).dtype(dtype).cache(&cache).build().unwrap();
+        let later = builder(source(40))
+            .dtype(dtype)
+            .cache(&cache)
+            .build()
+            .unwrap();
         let again = run_epoch(&later, 5);
         assert!(later.stats().from_cache);
         same_batches(&again, &run_epoch(&plain, 5));
-        assert_eq!(later.cache_size_on_disk(), Some(std::fs::metadata(&cache).unwrap().len()));
+        assert_eq!(
+            later.cache_size_on_disk(),
+            Some(std::fs::metadata(&cache).unwrap().len())
+        );
     }
 }
 
@@ -73,8 +90,14 @@ fn private_copy(n: usize) -> (tempfile::TempDir, PathBuf) {
     (dir, list_path)
 }
 
-fn wrote(list: &Path, cache: &Path, tweak: impl FnOnce(LoaderBuilder) -> LoaderBuilder) -> (bool, bool) {
-    let loader = tweak(builder(Source::from_list_file(list).unwrap()).cache(cache)).build().unwrap();
+fn wrote(
+    list: &Path,
+    cache: &Path,
+    tweak: impl FnOnce(LoaderBuilder) -> LoaderBuilder,
+) -> (bool, bool) {
+    let loader = tweak(builder(Source::from_list_file(list).unwrap()).cache(cache))
+        .build()
+        .unwrap();
     run_epoch(&loader, 0);
     let s = loader.stats();
     (s.wrote_cache, s.from_cache)
@@ -90,20 +113,30 @@ fn issue_3_stale_caches_are_rebuilt() {
     assert_eq!(wrote(&list, &cache, |b| b.image_size(96)), (true, false));
     assert_eq!(wrote(&list, &cache, |b| b.image_size(96)), (false, true));
     // Touch a source file (new modification time): stale.
-    let f = std::fs::File::options().write(true).open(dir.path().join("img_3.jpg")).unwrap();
-    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5)).unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(dir.path().join("img_3.jpg"))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
     drop(f);
     assert_eq!(wrote(&list, &cache, |b| b.image_size(96)), (true, false));
     // Another resize mode or EXIF setting: stale.
     assert_eq!(
-        wrote(&list, &cache, |b| b.image_size(96).apply_exif_orientation(false)),
+        wrote(&list, &cache, |b| b
+            .image_size(96)
+            .apply_exif_orientation(false)),
         (true, false)
     );
     // A changed label: stale.
-    let text = std::fs::read_to_string(&list).unwrap().replacen("\t", "\t1", 1);
+    let text = std::fs::read_to_string(&list)
+        .unwrap()
+        .replacen("\t", "\t1", 1);
     std::fs::write(&list, text).unwrap();
     assert_eq!(
-        wrote(&list, &cache, |b| b.image_size(96).apply_exif_orientation(false)),
+        wrote(&list, &cache, |b| b
+            .image_size(96)
+            .apply_exif_orientation(false)),
         (true, false)
     );
 }
@@ -116,7 +149,12 @@ fn issue_3_truncated_or_incomplete_cache_is_not_used() {
     let len = std::fs::metadata(&cache).unwrap().len();
     // Truncated by a few bytes (footer gone) and by half.
     for cut in [len - 5, len / 2, 100] {
-        std::fs::File::options().write(true).open(&cache).unwrap().set_len(cut).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&cache)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
         assert_eq!(wrote(&list, &cache, |b| b), (true, false), "cut at {cut}");
         assert_eq!(std::fs::metadata(&cache).unwrap().len(), len);
     }
@@ -135,7 +173,10 @@ fn issue_3_flipped_byte_in_a_record_is_an_error_naming_the_record() {
     let at = 4096 + 4 * (24 + 76_800) + 24 + 1000;
     bytes[at] ^= 0x55;
     std::fs::write(&cache, &bytes).unwrap();
-    let loader = builder(Source::from_list_file(&list).unwrap()).cache(&cache).build().unwrap();
+    let loader = builder(Source::from_list_file(&list).unwrap())
+        .cache(&cache)
+        .build()
+        .unwrap();
     // Even under Skip: a corrupt cache is not a bad sample.
     let loader_skip = builder(Source::from_list_file(&list).unwrap())
         .cache(&cache)
@@ -143,15 +184,26 @@ fn issue_3_flipped_byte_in_a_record_is_an_error_naming_the_record() {
         .build()
         .unwrap();
     for l in [&loader, &loader_skip] {
-        let err = l.epoch(0).find_map(Result::err).expect("the corrupt record must fail");
-        assert!(matches!(err.kind(), ErrorKind::CorruptCache { .. }), "{err}");
+        let err = l
+            .epoch(0)
+            .find_map(Result::err)
+            .expect("the corrupt record must fail");
+        assert!(
+            matches!(err.kind(), ErrorKind::CorruptCache { .. }),
+            "{err}"
+        );
         assert_eq!(err.path(), Some(cache.as_path()));
         let msg = err.to_string();
-        assert!(msg.contains("record 4") && msg.contains("checksum"), "{msg}");
+        assert!(
+            msg.contains("record 4") && msg.contains("checksum"),
+            "{msg}"
+        );
         assert!(msg.contains("img_4.jpg"), "{msg}");
     }
     // Policy Rebuild: the epoch completes with correct pixels, and the cache is rebuilt.
-    let plain = builder(Source::from_list_file(&list).unwrap()).build().unwrap();
+    let plain = builder(Source::from_list_file(&list).unwrap())
+        .build()
+        .unwrap();
     let rebuild = builder(Source::from_list_file(&list).unwrap())
         .cache(&cache)
         .cache_policy(CachePolicy::Rebuild)
@@ -169,11 +221,17 @@ fn issue_3_flipped_byte_in_a_record_is_an_error_naming_the_record() {
 fn issue_3_partial_first_epoch_never_counts_as_complete() {
     let (dir, list) = private_copy(24);
     let cache = dir.path().join("c.cache");
-    let loader = builder(Source::from_list_file(&list).unwrap()).cache(&cache).build().unwrap();
+    let loader = builder(Source::from_list_file(&list).unwrap())
+        .cache(&cache)
+        .build()
+        .unwrap();
     let mut epoch = loader.epoch(0);
     epoch.next().unwrap().unwrap();
     drop(epoch);
-    assert!(!cache.exists(), "a partial epoch left a complete-looking cache");
+    assert!(
+        !cache.exists(),
+        "a partial epoch left a complete-looking cache"
+    );
     // The next epoch starts the cache again and completes it.
     run_epoch(&loader, 1);
     assert!(loader.stats().wrote_cache);
@@ -204,17 +262,25 @@ fn issue_3_skipped_samples_are_replayed_from_the_cache() {
         paths.sort();
         if epoch == 0 {
             skipped_paths = paths;
-            assert!(skipped_paths[0].ends_with("img_5.jpg") && skipped_paths[1].ends_with("img_9.jpg"));
+            assert!(
+                skipped_paths[0].ends_with("img_5.jpg") && skipped_paths[1].ends_with("img_9.jpg")
+            );
         } else {
             assert_eq!(paths, skipped_paths);
         }
     }
     // With Fail, the recorded failure is an error naming the file, also from the cache.
-    let fail = builder(Source::from_list_file(&list).unwrap()).cache(&cache).build().unwrap();
+    let fail = builder(Source::from_list_file(&list).unwrap())
+        .cache(&cache)
+        .build()
+        .unwrap();
     let err = fail.epoch(0).find_map(Result::err).unwrap();
     assert!(fail.stats().from_cache);
     assert!(err.is_data_error());
-    assert!(err.path().unwrap().ends_with("img_5.jpg") || err.path().unwrap().ends_with("img_9.jpg"), "{err}");
+    assert!(
+        err.path().unwrap().ends_with("img_5.jpg") || err.path().unwrap().ends_with("img_9.jpg"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -225,9 +291,21 @@ fn issue_3_not_enough_space_is_a_clear_error() {
         .simulate_cache_free_space(100_000)
         .build()
         .unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::InvalidConfig { setting: "cache", .. }), "{err}");
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::InvalidConfig {
+                setting: "cache",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let msg = err.to_string();
-    assert!(msg.contains("needs") && msg.contains("GB free") && msg.contains("c.cache"), "{msg}");
+    assert!(
+        msg.contains("needs") && msg.contains("GB free") && msg.contains("c.cache"),
+        "{msg}"
+    );
     // Enough space: builds.
     assert!(builder(source(10))
         .cache(dir.path().join("c.cache"))
@@ -238,10 +316,19 @@ fn issue_3_not_enough_space_is_a_clear_error() {
 
 fn bench_cmd(list: &Path, cache: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_imagefeed"));
-    c.args(["bench", list.to_str().unwrap(), "--json", "--batch-size", "8", "--threads", "1", "--cache"])
-        .arg(cache)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null());
+    c.args([
+        "bench",
+        list.to_str().unwrap(),
+        "--json",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--cache",
+    ])
+    .arg(cache)
+    .stdin(Stdio::null())
+    .stderr(Stdio::null());
     c
 }
 
@@ -250,7 +337,12 @@ fn issue_3_sigkill_while_writing_leaves_no_usable_cache() {
     let (dir, list) = private_copy(64);
     let cache = dir.path().join("c.cache");
     let partial = dir.path().join("c.cache.partial");
-    let mut child = bench_cmd(&list, &cache).arg("--epochs").arg("50").stdout(Stdio::null()).spawn().unwrap();
+    let mut child = bench_cmd(&list, &cache)
+        .arg("--epochs")
+        .arg("50")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let start = Instant::now();
     while !partial.exists() && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(2));
@@ -264,8 +356,13 @@ fn issue_3_sigkill_while_writing_leaves_no_usable_cache() {
     } else {
         assert!(partial.exists());
     }
-    let plain = builder(Source::from_list_file(&list).unwrap()).build().unwrap();
-    let loader = builder(Source::from_list_file(&list).unwrap()).cache(&cache).build().unwrap();
+    let plain = builder(Source::from_list_file(&list).unwrap())
+        .build()
+        .unwrap();
+    let loader = builder(Source::from_list_file(&list).unwrap())
+        .cache(&cache)
+        .build()
+        .unwrap();
     same_batches(&run_epoch(&loader, 0), &run_epoch(&plain, 0));
     same_batches(&run_epoch(&loader, 1), &run_epoch(&plain, 1));
     assert!(loader.stats().from_cache);
@@ -276,20 +373,37 @@ fn issue_3_two_processes_share_one_cache_path() {
     let (dir, list) = private_copy(64);
     let cache = dir.path().join("c.cache");
     let children: Vec<_> = (0..2)
-        .map(|_| bench_cmd(&list, &cache).args(["--epochs", "3"]).stdout(Stdio::piped()).spawn().unwrap())
+        .map(|_| {
+            bench_cmd(&list, &cache)
+                .args(["--epochs", "3"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
         .collect();
     for child in children {
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();
-        let epochs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let epochs: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(epochs.len(), 3);
         for e in &epochs {
             assert_eq!(e["images"], 64, "{e}");
         }
     }
-    let plain = builder(Source::from_list_file(&list).unwrap()).build().unwrap();
-    let loader = builder(Source::from_list_file(&list).unwrap()).cache(&cache).build().unwrap();
+    let plain = builder(Source::from_list_file(&list).unwrap())
+        .build()
+        .unwrap();
+    let loader = builder(Source::from_list_file(&list).unwrap())
+        .cache(&cache)
+        .build()
+        .unwrap();
     same_batches(&run_epoch(&loader, 0), &run_epoch(&plain, 0));
-    assert!(loader.stats().from_cache, "the two writers left no valid cache");
+    assert!(
+        loader.stats().from_cache,
+        "the two writers left no valid cache"
+    );
 }

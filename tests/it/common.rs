@@ -52,11 +52,9 @@ fn corpus_is_complete(dir: &Path, count: usize) -> bool {
     };
     let lines: Vec<&str> = list.lines().collect();
     lines.len() == count
-        && lines.iter().all(|l| {
-            l.split('\t')
-                .next()
-                .is_some_and(|p| dir.join(p).is_file())
-        })
+        && lines
+            .iter()
+            .all(|l| l.split('\t').next().is_some_and(|p| dir.join(p).is_file()))
 }
 
 /// The shared realistic corpus as a source (64 images, 10 classes).
@@ -205,8 +203,13 @@ pub(crate) fn load_one(
             .decode_threads(1);
         let loader = tweak(builder).build().unwrap();
         let mut epoch = loader.epoch(0);
-        let first = epoch.next().expect("an epoch of one sample yields something");
-        assert!(epoch.next().is_none(), "the epoch goes on after its one sample");
+        let first = epoch
+            .next()
+            .expect("an epoch of one sample yields something");
+        assert!(
+            epoch.next().is_none(),
+            "the epoch goes on after its one sample"
+        );
         first.map(|b| b.as_u8().expect("u8").to_vec())
     })
 }

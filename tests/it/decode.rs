@@ -39,7 +39,8 @@ fn golden_references_match_pillow() {
     ];
     let mut report = Vec::new();
     for (input, reference) in cases {
-        let (w, h, want) = common::read_png_rgb(&common::testdata(&format!("reference/{reference}")));
+        let (w, h, want) =
+            common::read_png_rgb(&common::testdata(&format!("reference/{reference}")));
         assert_eq!((w, h), (160, 160));
         let got = decode_160(&common::testdata(input));
         let (mad, db) = (mean_abs_diff(&got, &want), psnr(&got, &want));
@@ -71,7 +72,9 @@ fn exif_orientations_all_show_the_upright_image() {
         let path = common::testdata(&format!("valid/orient_{n}.jpg"));
         let got = decode_160(&path);
         let (mad, db) = (mean_abs_diff(&got, &upright), psnr(&got, &upright));
-        report.push(format!("orient_{n}: mean abs diff {mad:.3}, PSNR {db:.2} dB"));
+        report.push(format!(
+            "orient_{n}: mean abs diff {mad:.3}, PSNR {db:.2} dB"
+        ));
         assert!(
             mad <= SCALED_MAX_MAD && db >= SCALED_MIN_PSNR,
             "orient_{n}.jpg vs orient_upright.png: mean abs diff {mad:.3}, PSNR {db:.2} dB"
@@ -142,7 +145,11 @@ fn channel_spread(px: &[u8]) -> u8 {
 fn every_valid_file_decodes() {
     let dir = common::testdata("valid");
     let n_files = std::fs::read_dir(&dir).unwrap().count();
-    assert_eq!(n_files, VALID.len(), "a file of testdata/valid/ is not listed here");
+    assert_eq!(
+        n_files,
+        VALID.len(),
+        "a file of testdata/valid/ is not listed here"
+    );
     for name in VALID {
         let px = decode_160(&dir.join(name));
         match name {
@@ -151,7 +158,10 @@ fn every_valid_file_decodes() {
                 assert!(px.chunks_exact(3).all(|p| p == &px[..3]), "{name}");
             }
             "gray.jpg" | "gray.png" => {
-                assert!(px.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]), "{name}");
+                assert!(
+                    px.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]),
+                    "{name}"
+                );
                 assert!(channel_spread(&px) > 100, "{name} is flat");
             }
             _ => assert!(channel_spread(&px) > 50, "{name} decodes to a flat image"),
@@ -176,13 +186,17 @@ fn every_valid_file_decodes() {
 fn rgba_and_gray_png_channels() {
     // RGBA drops alpha (no premultiplication): the fully transparent corner keeps its colour.
     let (w, h, stored) = {
-        let img = image::open(common::testdata("valid/rgba.png")).unwrap().to_rgba8();
+        let img = image::open(common::testdata("valid/rgba.png"))
+            .unwrap()
+            .to_rgba8();
         (img.width(), img.height(), img.into_raw())
     };
     assert_eq!((w, h), (256, 200));
     assert_eq!(stored[3], 0, "the corner of rgba.png is transparent");
-    let got = common::load_one(&common::testdata("valid/rgba.png"), |b| b.image_size_hw(200, 256))
-        .unwrap();
+    let got = common::load_one(&common::testdata("valid/rgba.png"), |b| {
+        b.image_size_hw(200, 256)
+    })
+    .unwrap();
     let rgb: Vec<u8> = stored
         .chunks_exact(4)
         .flat_map(|p| [p[0], p[1], p[2]])
@@ -212,7 +226,10 @@ fn zune_and_default_decoders_agree() {
             mad <= SCALED_MAX_MAD && db >= SCALED_MIN_PSNR,
             "{name}: zune vs default: mean abs diff {mad:.3}, PSNR {db:.2} dB"
         );
-        assert!(mad_full <= FULL_MAX_MAD, "{name}: zune vs unscaled turbo {mad_full:.3}");
+        assert!(
+            mad_full <= FULL_MAX_MAD,
+            "{name}: zune vs unscaled turbo {mad_full:.3}"
+        );
     }
     println!("{}", report.join("\n"));
 }
@@ -248,10 +265,16 @@ fn dct_scaling_keeps_psnr_on_a_corpus() {
     }
     assert_eq!(per_image.len(), 50);
     // Images too small for any scale decode identically; judge the others.
-    let changed: Vec<(f64, f64)> = per_image.into_iter().filter(|(p, _)| p.is_finite()).collect();
+    let changed: Vec<(f64, f64)> = per_image
+        .into_iter()
+        .filter(|(p, _)| p.is_finite())
+        .collect();
     let n = changed.len();
     let mean = changed.iter().map(|(p, _)| p).sum::<f64>() / n as f64;
-    let min = changed.iter().map(|(p, _)| *p).fold(f64::INFINITY, f64::min);
+    let min = changed
+        .iter()
+        .map(|(p, _)| *p)
+        .fold(f64::INFINITY, f64::min);
     let mse = changed.iter().map(|(_, se)| se).sum::<f64>() / (n * sample) as f64;
     let overall = 10.0 * (255.0f64 * 255.0 / mse).log10();
     println!(
@@ -268,5 +291,9 @@ fn dct_scaling_keeps_psnr_on_a_corpus() {
 fn turbojpeg_decoder_is_available_by_default() {
     let p = common::testdata("valid/baseline_420.jpg");
     let a = common::load_one(&p, |b| b.jpeg_decoder(JpegDecoder::TurboJpeg)).unwrap();
-    assert_eq!(a, decode_160(&p), "Auto is not libjpeg-turbo in a default build");
+    assert_eq!(
+        a,
+        decode_160(&p),
+        "Auto is not libjpeg-turbo in a default build"
+    );
 }

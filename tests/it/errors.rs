@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use imagefeed::{Device, Dtype, Error, ErrorKind, JpegDecoder, Loader, LoaderBuilder, OnError, Source};
+use imagefeed::{
+    Device, Dtype, Error, ErrorKind, JpegDecoder, Loader, LoaderBuilder, OnError, Source,
+};
 
 use crate::common::{self, id_label, IdCorpus, SplitMix};
 
@@ -73,7 +75,11 @@ fn issue_2_every_corrupt_testdata_file_is_an_error_naming_it() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, expected.map(|(n, _)| n.to_string()), "testdata/corrupt changed");
+    assert_eq!(
+        names,
+        expected.map(|(n, _)| n.to_string()),
+        "testdata/corrupt changed"
+    );
     for (name, word) in expected {
         let path = dir.join(name);
         for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
@@ -88,7 +94,10 @@ fn issue_2_every_corrupt_testdata_file_is_an_error_naming_it() {
             let e = expect_file_error(&path, move |b| b.jpeg_decoder(decoder));
             println!("{decoder:?}: {e}");
             assert!(matches!(e.kind(), ErrorKind::Decode { .. }), "{e:?}");
-            assert!(contains_ci(&e.to_string(), word), "{decoder:?}: `{word}` missing: {e}");
+            assert!(
+                contains_ci(&e.to_string(), word),
+                "{decoder:?}: `{word}` missing: {e}"
+            );
             assert!(std::error::Error::source(&e).is_some(), "{e:?}");
         }
     }
@@ -97,7 +106,12 @@ fn issue_2_every_corrupt_testdata_file_is_an_error_naming_it() {
 #[test]
 fn issue_2_every_truncated_prefix_is_an_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["baseline_420.jpg", "progressive.jpg", "restart.jpg", "cmyk.jpg"] {
+    for name in [
+        "baseline_420.jpg",
+        "progressive.jpg",
+        "restart.jpg",
+        "cmyk.jpg",
+    ] {
         let full = std::fs::read(common::testdata(&format!("valid/{name}"))).unwrap();
         let n = full.len();
         // 40 evenly spaced lengths, plus the classic cuts: the EOI marker half or all gone.
@@ -140,7 +154,10 @@ fn issue_2_bit_flips_decode_or_name_the_file() {
         }
     }
     println!("bit flips: {ok} decoded, {err} errors naming the file");
-    assert!(err > 0, "no flip was detected: the flips did not reach the decoder");
+    assert!(
+        err > 0,
+        "no flip was detected: the flips did not reach the decoder"
+    );
 }
 
 /// The bytes of `jpeg` with the frame header's height and width set to `w`×`h`.
@@ -159,7 +176,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -278,7 +299,10 @@ fn issue_6_other_formats_named_jpg() {
     for (p, word) in [(&html, "HTML"), (&gif, "GIF"), (&webp, "WebP")] {
         let e = expect_file_error(p, |b| b.check_extension(false));
         assert!(contains_ci(&e.to_string(), word), "{e}");
-        assert!(contains_ci(&e.to_string(), "not a supported image format"), "{e}");
+        assert!(
+            contains_ci(&e.to_string(), "not a supported image format"),
+            "{e}"
+        );
     }
 }
 
@@ -290,7 +314,11 @@ fn mixed_list(corpus: &IdCorpus) -> (PathBuf, Vec<Option<usize>>, Vec<PathBuf>) 
     let good = std::fs::read(&corpus.paths[0]).unwrap();
     std::fs::write(d.join("empty.jpg"), b"").unwrap();
     std::fs::write(d.join("cut.jpg"), &good[..good.len() / 2]).unwrap();
-    std::fs::write(d.join("page.jpg"), b"<html><body>502 Bad Gateway</body></html>").unwrap();
+    std::fs::write(
+        d.join("page.jpg"),
+        b"<html><body>502 Bad Gateway</body></html>",
+    )
+    .unwrap();
     std::fs::create_dir(d.join("folder.jpg")).unwrap();
     for name in ["png_named.jpg", "bomb_65000.jpg", "bitflip.jpg"] {
         std::fs::copy(common::testdata(&format!("corrupt/{name}")), d.join(name)).unwrap();
@@ -334,10 +362,15 @@ fn issue_2_skip_never_shifts_labels() {
     let source = Source::from_list_file(&list).unwrap();
     let n = source.len();
     assert_eq!(n, 48);
-    for (shuffle, shuffle_buffer, threads, batch_size) in
-        [(false, 0, 1, 6), (true, 0, 2, 6), (true, 5, 3, 7), (true, 0, 4, 1)]
-    {
-        let what = format!("shuffle {shuffle}, buffer {shuffle_buffer}, {threads} threads, bs {batch_size}");
+    for (shuffle, shuffle_buffer, threads, batch_size) in [
+        (false, 0, 1, 6),
+        (true, 0, 2, 6),
+        (true, 5, 3, 7),
+        (true, 0, 4, 1),
+    ] {
+        let what = format!(
+            "shuffle {shuffle}, buffer {shuffle_buffer}, {threads} threads, bs {batch_size}"
+        );
         for policy in [OnError::Skip { max: 8 }, OnError::SKIP_ALL] {
             let loader = Loader::builder(source.clone())
                 .batch_size(batch_size)
@@ -364,13 +397,19 @@ fn issue_2_skip_never_shifts_labels() {
                 }
             }
             seen.sort_unstable();
-            let want: Vec<u64> = (0..n as u64).filter(|&i| ids[i as usize].is_some()).collect();
+            let want: Vec<u64> = (0..n as u64)
+                .filter(|&i| ids[i as usize].is_some())
+                .collect();
             assert_eq!(seen, want, "{what}");
             let stats = loader.stats();
             assert_eq!(stats.images, 40, "{what}");
             assert_eq!(stats.skipped, 8, "{what}");
             assert_eq!(stats.images + stats.skipped, n as u64, "{what}");
-            let mut skipped: Vec<PathBuf> = stats.skipped_samples.iter().map(|(p, _)| p.clone()).collect();
+            let mut skipped: Vec<PathBuf> = stats
+                .skipped_samples
+                .iter()
+                .map(|(p, _)| p.clone())
+                .collect();
             skipped.sort();
             let mut want_skipped = broken.clone();
             want_skipped.sort();
@@ -397,13 +436,11 @@ fn issue_2_skip_budget_gives_too_many_failures() {
             .decode_threads(2)
             .build()
             .unwrap();
-        let items: Vec<Result<imagefeed::Batch, Error>> = common::with_timeout(
-            std::time::Duration::from_secs(30),
-            {
+        let items: Vec<Result<imagefeed::Batch, Error>> =
+            common::with_timeout(std::time::Duration::from_secs(30), {
                 let epoch = loader.epoch(0);
                 move || epoch.collect()
-            },
-        );
+            });
         let (last, ok) = items.split_last().unwrap();
         let e = last.as_ref().expect_err("the epoch ends with an error");
         match e.kind() {
@@ -448,7 +485,10 @@ fn issue_2_fail_stops_at_the_first_broken_file_in_order() {
     let mut epoch = loader.epoch(0);
     let e = epoch.next().unwrap().unwrap_err();
     assert_eq!(e.path(), Some(broken[0].as_path()), "{e}");
-    assert!(epoch.next().is_none(), "the epoch goes on after an error under Fail");
+    assert!(
+        epoch.next().is_none(),
+        "the epoch goes on after an error under Fail"
+    );
 }
 
 // ---- file lists ----
@@ -473,7 +513,10 @@ fn expect_list_line(content: &[u8], want_line: usize, words: &[&str]) {
         _ => panic!("not a List error: {e:?}"),
     }
     let msg = e.to_string();
-    assert!(msg.starts_with(&format!("{}:{want_line}: ", p.display())), "{msg}");
+    assert!(
+        msg.starts_with(&format!("{}:{want_line}: ", p.display())),
+        "{msg}"
+    );
     for w in words {
         assert!(contains_ci(&msg, w), "`{w}` missing: {msg}");
     }
@@ -481,7 +524,11 @@ fn expect_list_line(content: &[u8], want_line: usize, words: &[&str]) {
 
 #[test]
 fn issue_2_malformed_list_lines_name_the_line() {
-    expect_list_line(b"a.jpg 1\nb.jpg 2\nonly_a_path.jpg\n", 3, &["only_a_path.jpg", "label"]);
+    expect_list_line(
+        b"a.jpg 1\nb.jpg 2\nonly_a_path.jpg\n",
+        3,
+        &["only_a_path.jpg", "label"],
+    );
     expect_list_line(b"# c\n\nonly_a_path.jpg\n", 3, &["no label"]);
     expect_list_line(b"a.jpg\tcat\n", 1, &["`cat`", "not an integer"]);
     expect_list_line(b"a.jpg 1\nb.jpg 1.5\n", 2, &["not an integer"]);
@@ -489,7 +536,11 @@ fn issue_2_malformed_list_lines_name_the_line() {
     expect_list_line(b"a.jpg 1\r\nb.jpg -3\r\n", 2, &["-3", "out of range"]);
     expect_list_line(b"a.jpg 4294967296\n", 1, &["out of range"]);
     expect_list_line(b"a.jpg 99999999999999999999999\n", 1, &["out of range"]);
-    expect_list_line(b"\xEF\xBB\xBFa.jpg 1\nb.jpg 2\na.jpg 3\n", 3, &["a.jpg", "line 1", "label 1", "label 3"]);
+    expect_list_line(
+        b"\xEF\xBB\xBFa.jpg 1\nb.jpg 2\na.jpg 3\n",
+        3,
+        &["a.jpg", "line 1", "label 1", "label 3"],
+    );
     // The largest label is fine, and so is the same path listed twice with one label.
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("ok.txt");
@@ -502,7 +553,13 @@ fn issue_2_malformed_list_lines_name_the_line() {
 
 #[test]
 fn issue_2_empty_lists_are_errors_not_hangs() {
-    for content in [&b""[..], b"\n\n", b"# header only\n", b"\xEF\xBB\xBF", b"   \r\n\t\n"] {
+    for content in [
+        &b""[..],
+        b"\n\n",
+        b"# header only\n",
+        b"\xEF\xBB\xBF",
+        b"   \r\n\t\n",
+    ] {
         let (_, e, _dir) = list_error(content);
         assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e:?}");
         assert!(contains_ci(&e.to_string(), "no entries"), "{e}");
@@ -563,18 +620,21 @@ fn issue_6_max_pixels_refuses_a_small_image() {
         let e = expect_file_error(&jpeg, move |b| b.max_pixels(119_999).jpeg_decoder(decoder));
         assert!(contains_ci(&e.to_string(), "max_pixels"), "{e}");
         assert!(contains_ci(&e.to_string(), "400x300"), "{e}");
-        assert!(common::load_one(&jpeg, move |b| b.max_pixels(120_000).jpeg_decoder(decoder)).is_ok());
+        assert!(
+            common::load_one(&jpeg, move |b| b.max_pixels(120_000).jpeg_decoder(decoder)).is_ok()
+        );
     }
     let png = common::testdata("valid/rgb.png");
     let e = expect_file_error(&png, |b| b.max_pixels(59_999));
     assert!(contains_ci(&e.to_string(), "max_pixels"), "{e}");
     assert!(common::load_one(&png, |b| b.max_pixels(60_000)).is_ok());
     // Under Skip, a refused image is a skip like any broken file.
-    let loader = Loader::builder(Source::from_entries([(jpeg.clone(), 0), (png.clone(), 1)]).unwrap())
-        .max_pixels(100_000)
-        .on_error(OnError::SKIP_ALL)
-        .build()
-        .unwrap();
+    let loader =
+        Loader::builder(Source::from_entries([(jpeg.clone(), 0), (png.clone(), 1)]).unwrap())
+            .max_pixels(100_000)
+            .on_error(OnError::SKIP_ALL)
+            .build()
+            .unwrap();
     let batches = common::collect_ok(loader.epoch(0));
     assert_eq!(common::indices_of(&batches), [1]);
     assert_eq!(loader.stats().skipped_samples[0].0, jpeg);
@@ -591,15 +651,21 @@ fn issue_6_host_memory_limit_names_what_to_lower() {
         }
     };
     // The default max_pixels (100 M pixels, ~1.1 GB for one large image) dominates.
-    let (setting, msg) = config_error(Loader::builder(source.clone()).host_memory_limit(50_000_000));
+    let (setting, msg) =
+        config_error(Loader::builder(source.clone()).host_memory_limit(50_000_000));
     assert_eq!(setting, "host_memory_limit");
     assert!(msg.contains("lower max_pixels"), "{msg}");
     // A huge shuffle buffer dominates.
-    let big = Loader::builder(source.clone()).max_pixels(1_000_000).shuffle_buffer(50_000);
+    let big = Loader::builder(source.clone())
+        .max_pixels(1_000_000)
+        .shuffle_buffer(50_000);
     let total = big.memory_budget().total();
     let (_, msg) = config_error(big.clone().host_memory_limit(total - 1));
     assert!(msg.contains("lower shuffle_buffer"), "{msg}");
-    assert!(big.host_memory_limit(total).build().is_ok(), "the limit is inclusive");
+    assert!(
+        big.host_memory_limit(total).build().is_ok(),
+        "the limit is inclusive"
+    );
     // Huge batches dominate.
     let (_, msg) = config_error(
         Loader::builder(source)
@@ -617,7 +683,10 @@ fn issue_6_cuda_without_the_feature() {
         .device(Device::Cuda(0))
         .build()
         .expect_err("no cuda feature in this build");
-    assert!(matches!(e.kind(), ErrorKind::FeatureDisabled { feature: "cuda" }), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::FeatureDisabled { feature: "cuda" }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("--features cuda"), "{e}");
     let loader = Loader::builder(source)
         .device(Device::Cuda(0))
@@ -636,11 +705,26 @@ fn invalid_settings_name_the_setting() {
     let cases: Vec<(LoaderBuilder, &str)> = vec![
         (Loader::builder(source.clone()).batch_size(0), "batch_size"),
         (Loader::builder(source.clone()).image_size(0), "image_size"),
-        (Loader::builder(source.clone()).image_size_hw(160, 0), "image_size"),
-        (Loader::builder(source.clone()).image_size(9000), "image_size"),
-        (Loader::builder(source.clone()).normalize([0.0; 3], [1.0, 0.0, 1.0]), "normalize"),
-        (Loader::builder(source.clone()).normalize([f32::NAN, 0.0, 0.0], [1.0; 3]), "normalize"),
-        (Loader::builder(source.clone()).normalize([0.0; 3], [1.0, f32::INFINITY, 1.0]), "normalize"),
+        (
+            Loader::builder(source.clone()).image_size_hw(160, 0),
+            "image_size",
+        ),
+        (
+            Loader::builder(source.clone()).image_size(9000),
+            "image_size",
+        ),
+        (
+            Loader::builder(source.clone()).normalize([0.0; 3], [1.0, 0.0, 1.0]),
+            "normalize",
+        ),
+        (
+            Loader::builder(source.clone()).normalize([f32::NAN, 0.0, 0.0], [1.0; 3]),
+            "normalize",
+        ),
+        (
+            Loader::builder(source.clone()).normalize([0.0; 3], [1.0, f32::INFINITY, 1.0]),
+            "normalize",
+        ),
         (Loader::builder(source.clone()).prefetch(0), "prefetch"),
         (Loader::builder(source.clone()).max_pixels(0), "max_pixels"),
     ];

@@ -17,10 +17,12 @@ use crate::common::{self, id_label, IdCorpus};
 /// takes seconds, far longer than a drop may.
 fn long_source() -> Source {
     let base = common::corpus_source();
-    Source::from_entries(
-        (0..5 * base.len())
-            .map(|i| (base.path(i % base.len()).unwrap(), base.label(i % base.len()).unwrap())),
-    )
+    Source::from_entries((0..5 * base.len()).map(|i| {
+        (
+            base.path(i % base.len()).unwrap(),
+            base.label(i % base.len()).unwrap(),
+        )
+    }))
     .unwrap()
 }
 
@@ -39,8 +41,7 @@ fn threads_settle(baseline: u64) -> u64 {
 
 #[test]
 fn issue_6_dropping_an_epoch_is_fast_and_joins_its_threads() {
-    if !common::runs_in_child("shutdown::issue_6_dropping_an_epoch_is_fast_and_joins_its_threads")
-    {
+    if !common::runs_in_child("shutdown::issue_6_dropping_an_epoch_is_fast_and_joins_its_threads") {
         return;
     }
     let source = long_source();
@@ -55,7 +56,12 @@ fn issue_6_dropping_an_epoch_is_fast_and_joins_its_threads() {
     // Building starts no thread.
     assert_eq!(procinfo::thread_count().unwrap(), baseline);
     let mut worst = Duration::ZERO;
-    for scenario in ["after one batch", "before any batch", "holding a batch", "after three batches"] {
+    for scenario in [
+        "after one batch",
+        "before any batch",
+        "holding a batch",
+        "after three batches",
+    ] {
         let mut epoch = loader.epoch(0);
         let mut held = Vec::new();
         match scenario {
@@ -81,7 +87,10 @@ fn issue_6_dropping_an_epoch_is_fast_and_joins_its_threads() {
         worst = worst.max(took);
         println!("drop {scenario}: {took:?}");
         // 100 ms is the goal; debug builds on a shared machine get some slack.
-        assert!(took < Duration::from_millis(500), "drop {scenario} took {took:?}");
+        assert!(
+            took < Duration::from_millis(500),
+            "drop {scenario} took {took:?}"
+        );
         let after = threads_settle(baseline);
         assert_eq!(after, baseline, "{scenario}: threads left behind");
         if let Some(b) = held.pop() {
@@ -90,7 +99,10 @@ fn issue_6_dropping_an_epoch_is_fast_and_joins_its_threads() {
             assert_eq!(b.as_f32().unwrap().len(), 8 * 160 * 160 * 3);
         }
         let stats = loader.stats();
-        assert!(stats.images < 320, "{scenario}: the epoch ran to its end: {stats:?}");
+        assert!(
+            stats.images < 320,
+            "{scenario}: the epoch ran to its end: {stats:?}"
+        );
     }
     println!("slowest drop: {worst:?}");
     // The loader still runs whole epochs afterwards.
@@ -149,7 +161,10 @@ fn issue_6_a_thousand_loaders_leak_no_threads_or_memory() {
         rss as f64 / 1e6,
         grew as f64 / 1e6
     );
-    assert_eq!(threads, baseline_threads, "threads leaked (or exited that this test did not start)");
+    assert_eq!(
+        threads, baseline_threads,
+        "threads leaked (or exited that this test did not start)"
+    );
     assert!(grew < 20_000_000, "RSS grew by {:.1} MB", grew as f64 / 1e6);
 }
 
@@ -184,15 +199,26 @@ fn issue_6_worker_panic_is_an_error_naming_the_sample() {
             let (last, before) = items.split_last().expect("the epoch yields something");
             let e = last.as_ref().expect_err(&what);
             match e.kind() {
-                ErrorKind::WorkerPanicked { stage, path, message } => {
+                ErrorKind::WorkerPanicked {
+                    stage,
+                    path,
+                    message,
+                } => {
                     assert_eq!(*stage, "decode", "{what}");
-                    assert_eq!(path.as_deref(), Some(corpus.paths[k as usize].as_path()), "{what}");
+                    assert_eq!(
+                        path.as_deref(),
+                        Some(corpus.paths[k as usize].as_path()),
+                        "{what}"
+                    );
                     assert!(message.contains("injected panic"), "{what}: {message}");
                 }
                 _ => panic!("{what}: {e:?}"),
             }
             assert_eq!(e.path(), Some(corpus.paths[k as usize].as_path()), "{what}");
-            assert!(!e.is_data_error(), "{what}: a panic is not a skippable data error");
+            assert!(
+                !e.is_data_error(),
+                "{what}: a panic is not a skippable data error"
+            );
             assert!(e.to_string().contains("panicked"), "{what}: {e}");
             // Everything before the error is good, and the panicking sample was not delivered.
             for b in before {
@@ -200,7 +226,11 @@ fn issue_6_worker_panic_is_an_error_naming_the_sample() {
                 common::assert_pixels_follow_indices(b);
                 assert!(!b.indices().contains(&k), "{what}");
             }
-            assert_eq!(loader.stats().skipped, 0, "{what}: a panic was counted as a skip");
+            assert_eq!(
+                loader.stats().skipped,
+                0,
+                "{what}: a panic was counted as a skip"
+            );
         }
     }
 }
@@ -252,7 +282,12 @@ enum Damage {
 fn damage_during_epoch(
     damage: Damage,
     policy: OnError,
-) -> (IdCorpus, PathBuf, Vec<Result<imagefeed::Batch, Error>>, imagefeed::Stats) {
+) -> (
+    IdCorpus,
+    PathBuf,
+    Vec<Result<imagefeed::Batch, Error>>,
+    imagefeed::Stats,
+) {
     let corpus = IdCorpus::new(80);
     let loader = Loader::builder(corpus.source())
         .batch_size(2)
@@ -272,7 +307,10 @@ fn damage_during_epoch(
         Damage::Delete => std::fs::remove_file(&victim).unwrap(),
         Damage::Truncate => {
             let len = std::fs::metadata(&victim).unwrap().len();
-            let f = std::fs::OpenOptions::new().write(true).open(&victim).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&victim)
+                .unwrap();
             f.set_len(len / 2).unwrap();
         }
     }
@@ -291,7 +329,10 @@ fn issue_6_file_deleted_or_truncated_during_an_epoch() {
         let e = last.as_ref().expect_err("the damaged file is an error");
         assert_eq!(e.path(), Some(victim.as_path()), "{damage:?}: {e}");
         assert!(e.is_data_error(), "{damage:?}: {e:?}");
-        assert!(e.to_string().starts_with(&victim.display().to_string()), "{e}");
+        assert!(
+            e.to_string().starts_with(&victim.display().to_string()),
+            "{e}"
+        );
         match (damage, e.kind()) {
             (Damage::Delete, ErrorKind::Io { source, .. }) => {
                 assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
