@@ -316,6 +316,18 @@ pub(crate) fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The names of this process's threads (`/proc/self/task/*/comm`: at most 15 bytes each, so
+/// `imagefeed-decode-3` reads `imagefeed-decod`).
+pub(crate) fn thread_names() -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim_end().to_string())
+        .collect()
+}
+
 /// Thread counts and RSS are per process, and other tests run in parallel threads of this one.
 /// A test that measures them calls this first: in the parent it re-runs the test `name` (its
 /// full path, e.g. `shutdown::x`) alone in a child process of this binary, checks that the
@@ -342,7 +354,7 @@ pub(crate) fn runs_in_child(name: &str) -> bool {
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break Some(s);
@@ -356,7 +368,7 @@ pub(crate) fn runs_in_child(name: &str) -> bool {
     };
     let (out, err) = (out.join().unwrap(), err.join().unwrap());
     println!("--- child `{name}` stdout ---\n{out}--- stderr ---\n{err}");
-    let status = status.unwrap_or_else(|| panic!("child `{name}` hung (killed after 120 s)"));
+    let status = status.unwrap_or_else(|| panic!("child `{name}` hung (killed after 60 s)"));
     assert!(status.success(), "child `{name}` failed: {status}");
     assert!(
         out.contains("test result: ok. 1 passed"),

@@ -234,6 +234,8 @@ fn zune_and_default_decoders_agree() {
     println!("{}", report.join("\n"));
 }
 
+// DCT-scaled decoding and the TurboJpeg choice need libjpeg-turbo.
+#[cfg(feature = "turbojpeg")]
 #[test]
 fn dct_scaling_keeps_psnr_on_a_corpus() {
     let source = common::subset(&common::corpus_source(), 50);
@@ -287,6 +289,8 @@ fn dct_scaling_keeps_psnr_on_a_corpus() {
     assert!(min >= 24.0, "min PSNR {min:.2} dB");
 }
 
+// DCT-scaled decoding and the TurboJpeg choice need libjpeg-turbo.
+#[cfg(feature = "turbojpeg")]
 #[test]
 fn turbojpeg_decoder_is_available_by_default() {
     let p = common::testdata("valid/baseline_420.jpg");
