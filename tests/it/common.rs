@@ -275,6 +275,22 @@ pub(crate) fn read_png_rgb(path: &Path) -> (u32, u32, Vec<u8>) {
     (img.width(), img.height(), img.into_raw())
 }
 
+/// CRC-32 (ISO-HDLC), as PNG chunks use it.
+pub(crate) fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
 /// A small seeded generator (SplitMix64) for bit flips and cut points.
 pub(crate) struct SplitMix(pub(crate) u64);
 

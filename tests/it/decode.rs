@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use imagefeed::{Dtype, JpegDecoder, Loader};
+use imagefeed::{Dtype, JpegDecoder, Loader, ResizeMode};
 
 use crate::common::{self, mean_abs_diff, psnr};
 
@@ -96,16 +96,70 @@ fn exif_orientations_all_show_the_upright_image() {
         );
     }
     // Orientation 1 and 2..8 also hold with a non-square output (axes swapped for 5..8).
-    let wide_upright = common::load_one(&common::testdata("valid/orient_upright.png"), |b| {
-        b.image_size_hw(40, 90)
-    })
-    .unwrap();
-    for n in [1, 5, 6, 7, 8] {
-        let path = common::testdata(&format!("valid/orient_{n}.jpg"));
-        let got = common::load_one(&path, |b| b.image_size_hw(40, 90)).unwrap();
-        let mad = mean_abs_diff(&got, &wide_upright);
-        assert!(mad <= SCALED_MAX_MAD, "orient_{n} at 40x90: {mad:.3}");
+    for mode in [ResizeMode::Stretch, ResizeMode::ShorterSideCenterCrop] {
+        let wide_upright =
+            common::load_one(&common::testdata("valid/orient_upright.png"), move |b| {
+                b.image_size_hw(40, 90).resize_mode(mode)
+            })
+            .unwrap();
+        for n in [1, 3, 5, 6, 7, 8] {
+            let path = common::testdata(&format!("valid/orient_{n}.jpg"));
+            let got = common::load_one(&path, move |b| b.image_size_hw(40, 90).resize_mode(mode))
+                .unwrap();
+            let mad = mean_abs_diff(&got, &wide_upright);
+            assert!(
+                mad <= SCALED_MAX_MAD,
+                "orient_{n} at 40x90, {mode:?}: {mad:.3}"
+            );
+        }
     }
+}
+
+/// `png` with an `eXIf` chunk holding EXIF orientation `o` inserted after its header.
+fn png_with_orientation(png: &[u8], o: u8) -> Vec<u8> {
+    let tiff = [
+        b'I', b'I', 42, 0, 8, 0, 0, 0, // little-endian TIFF, IFD0 at 8
+        1, 0, // one entry
+        0x12, 0x01, 3, 0, 1, 0, 0, 0, o, 0, 0, 0, // Orientation, SHORT, 1 value
+        0, 0, 0, 0, // no next IFD
+    ];
+    let mut chunk = (tiff.len() as u32).to_be_bytes().to_vec();
+    chunk.extend_from_slice(b"eXIf");
+    chunk.extend_from_slice(&tiff);
+    let crc = common::crc32(&chunk[4..]);
+    chunk.extend_from_slice(&crc.to_be_bytes());
+    let ihdr_end = 8 + 4 + 4 + 13 + 4;
+    [&png[..ihdr_end], &chunk[..], &png[ihdr_end..]].concat()
+}
+
+#[test]
+fn png_exif_orientation_is_applied() {
+    let (w, h, upright) = common::read_png_rgb(&common::testdata("valid/orient_upright.png"));
+    assert_eq!((w, h), (240, 160));
+    // Orientation 6 displays the stored pixels turned 90° clockwise, so store them turned 90°
+    // counter-clockwise: stored (x, y) = upright (w - 1 - y, x), 160 wide and 240 tall.
+    let (sw, sh) = (h as usize, w as usize);
+    let mut stored = vec![0u8; upright.len()];
+    for y in 0..sh {
+        for x in 0..sw {
+            let from = (x * w as usize + (w as usize - 1 - y)) * 3;
+            stored[(y * sw + x) * 3..][..3].copy_from_slice(&upright[from..from + 3]);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("rotated.png");
+    let png = common::encode_png(&stored, sw as u32, sh as u32);
+    std::fs::write(&p, png_with_orientation(&png, 6)).unwrap();
+    let want = decode_160(&common::testdata("valid/orient_upright.png"));
+    let got = decode_160(&p);
+    let mad = mean_abs_diff(&got, &want);
+    println!("PNG eXIf orientation 6: mean abs diff {mad:.3}");
+    assert!(mad < 0.5, "PNG eXIf orientation: {mad:.3}");
+    let raw = common::load_one(&p, |b| b.apply_exif_orientation(false)).unwrap();
+    assert!(
+        mean_abs_diff(&raw, &want) > 15.0,
+        "apply_exif_orientation(false) rotated it"
+    );
 }
 
 /// Every file of `testdata/valid/`.

@@ -172,21 +172,6 @@ fn with_frame_size(jpeg: &[u8], w: u16, h: u16) -> Vec<u8> {
     v
 }
 
-fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 #[test]
 fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
     let dir = tempfile::tempdir().unwrap();
@@ -201,7 +186,7 @@ fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
     let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
     png[16..20].copy_from_slice(&65000u32.to_be_bytes());
     png[20..24].copy_from_slice(&65000u32.to_be_bytes());
-    let crc = crc32(&png[12..29]);
+    let crc = common::crc32(&png[12..29]);
     png[29..33].copy_from_slice(&crc.to_be_bytes());
     let p = dir.path().join("bomb.png");
     std::fs::write(&p, png).unwrap();

@@ -628,3 +628,35 @@ fn issue_2_from_entries() {
         "{e:?}"
     );
 }
+
+#[test]
+fn two_epochs_of_one_loader_can_run_interleaved() {
+    let corpus = IdCorpus::new(25);
+    let loader = Loader::builder(corpus.source())
+        .batch_size(4)
+        .image_size(8)
+        .dtype(Dtype::U8)
+        .seed(6)
+        .build()
+        .unwrap();
+    let (mut a, mut b) = (loader.epoch(0), loader.epoch(1));
+    let (mut order_a, mut order_b) = (Vec::new(), Vec::new());
+    loop {
+        let (x, y) = (a.next(), b.next());
+        if x.is_none() && y.is_none() {
+            break;
+        }
+        for (item, order) in [(x, &mut order_a), (y, &mut order_b)] {
+            if let Some(batch) = item {
+                let batch = batch.unwrap();
+                common::assert_pixels_follow_indices(&batch);
+                order.extend_from_slice(batch.indices());
+            }
+        }
+    }
+    // Each is its epoch, exactly as when run alone.
+    assert_eq!(order_a, order(&loader, 0));
+    assert_eq!(order_b, order(&loader, 1));
+    order_a.sort_unstable();
+    assert_eq!(order_a, (0..25).collect::<Vec<u64>>());
+}
