@@ -4,6 +4,7 @@
 use crossbeam_channel::Sender;
 use half::{bf16, f16};
 
+use crate::prefetch::Staged;
 use crate::transform::{BatchStorage, Dtype, Layout, Normalizer};
 
 /// The reusable buffers of one batch.
@@ -12,6 +13,8 @@ pub(crate) struct BatchParts {
     pub(crate) storage: BatchStorage,
     pub(crate) labels: Vec<u32>,
     pub(crate) indices: Vec<u64>,
+    /// The device slot of a device loader's batch (never in the pool).
+    pub(crate) staged: Option<Staged>,
 }
 
 impl BatchParts {
@@ -20,6 +23,7 @@ impl BatchParts {
             storage: BatchStorage::new(dtype, batch_size * sample_len),
             labels: Vec::with_capacity(batch_size),
             indices: Vec::with_capacity(batch_size),
+            staged: None,
         }
     }
 }
@@ -34,51 +38,98 @@ pub(crate) struct BatchFormat {
     pub(crate) layout: Layout,
 }
 
-/// Pure core of the batching stage: fills one batch at a time.
+/// Pure core of the batching stage: collects one batch's `u8` samples, then writes them,
+/// normalized, into a batch buffer — on the loader's normalize pool when it has one, so that
+/// the output bandwidth (307 kB an image in f32) is not one thread's.
 pub(crate) struct Batcher {
     format: BatchFormat,
     normalizer: Normalizer,
-    current: Option<BatchParts>,
+    pending: Vec<Vec<u8>>,
+    labels: Vec<u32>,
+    indices: Vec<u64>,
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
 impl Batcher {
-    pub(crate) fn new(format: BatchFormat, normalizer: Normalizer) -> Self {
+    pub(crate) fn new(
+        format: BatchFormat,
+        normalizer: Normalizer,
+        pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+    ) -> Self {
         Batcher {
             format,
             normalizer,
-            current: None,
+            pending: Vec::with_capacity(format.batch_size),
+            labels: Vec::with_capacity(format.batch_size),
+            indices: Vec::with_capacity(format.batch_size),
+            pool,
         }
     }
 
-    /// Adds a sample, taking a buffer from `fresh` when a batch starts. Returns the batch when
-    /// it is full.
+    /// Adds a sample. When the batch is full, writes it into a buffer from `fresh`, hands the
+    /// sample buffers back through `recycle` and returns the batch.
     pub(crate) fn add(
         &mut self,
-        pixels: &[u8],
+        pixels: Vec<u8>,
         label: u32,
         index: u64,
         fresh: impl FnOnce() -> BatchParts,
+        recycle: impl FnMut(Vec<u8>),
     ) -> Option<BatchParts> {
-        let parts = self.current.get_or_insert_with(|| {
-            let mut p = fresh();
-            p.labels.clear();
-            p.indices.clear();
-            p
-        });
-        let slot = parts.labels.len();
-        self.normalizer.write(pixels, &mut parts.storage, slot);
-        parts.labels.push(label);
-        parts.indices.push(index);
-        if parts.labels.len() == self.format.batch_size {
-            self.current.take()
-        } else {
-            None
-        }
+        self.pending.push(pixels);
+        self.labels.push(label);
+        self.indices.push(index);
+        (self.pending.len() == self.format.batch_size).then(|| self.flush(fresh, recycle))
     }
 
     /// The partial batch at the end of an epoch, if any.
-    pub(crate) fn finish(&mut self) -> Option<BatchParts> {
-        self.current.take().filter(|p| !p.labels.is_empty())
+    pub(crate) fn finish(
+        &mut self,
+        fresh: impl FnOnce() -> BatchParts,
+        recycle: impl FnMut(Vec<u8>),
+    ) -> Option<BatchParts> {
+        (!self.pending.is_empty()).then(|| self.flush(fresh, recycle))
+    }
+
+    fn flush(
+        &mut self,
+        fresh: impl FnOnce() -> BatchParts,
+        mut recycle: impl FnMut(Vec<u8>),
+    ) -> BatchParts {
+        let mut parts = fresh();
+        parts.labels.clear();
+        parts.labels.extend_from_slice(&self.labels);
+        parts.indices.clear();
+        parts.indices.extend_from_slice(&self.indices);
+        let norm = &self.normalizer;
+        let samples = &self.pending;
+        // A device that normalizes takes the u8 samples, copied into its (pinned) buffer.
+        let device_u8 = parts.staged.as_mut().and_then(Staged::u8_buffer);
+        let on_device = device_u8.is_some();
+        if let Some(buf) = device_u8 {
+            let len = self.format.height * self.format.width * 3;
+            for (px, dst) in samples.iter().zip(buf.chunks_exact_mut(len)) {
+                dst.copy_from_slice(px);
+            }
+        }
+        match &self.pool {
+            _ if on_device => {}
+            // A u8 NHWC batch is a plain copy: one thread does it at memory speed.
+            Some(pool) if samples.len() > 1 && !norm.is_copy(&parts.storage) => {
+                pool.install(|| norm.write_all_par(samples, &mut parts.storage))
+            }
+            _ => {
+                for (slot, px) in samples.iter().enumerate() {
+                    norm.write(px, &mut parts.storage, slot);
+                }
+            }
+        }
+        for px in self.pending.drain(..) {
+            recycle(px);
+        }
+        self.labels.clear();
+        self.indices.clear();
+        parts
     }
 }
 
@@ -197,58 +248,87 @@ impl Batch {
         self.len() * self.format.height * self.format.width * 3
     }
 
-    /// The images in their dtype.
+    /// The images in their dtype. Empty for a batch that a GPU loader delivered to device
+    /// memory only (the default with [`Device::Cuda`](crate::Device::Cuda)): see `Batch::cuda`.
     pub fn images(&self) -> Images<'_> {
         let n = self.elems();
         match &self.parts().storage {
-            BatchStorage::F32(v) => Images::F32(&v[..n]),
-            BatchStorage::F16(v) => Images::F16(&v[..n]),
-            BatchStorage::Bf16(v) => Images::Bf16(&v[..n]),
-            BatchStorage::U8(v) => Images::U8(&v[..n]),
+            BatchStorage::F32(v) => Images::F32(v.get(..n).unwrap_or_default()),
+            BatchStorage::F16(v) => Images::F16(v.get(..n).unwrap_or_default()),
+            BatchStorage::Bf16(v) => Images::Bf16(v.get(..n).unwrap_or_default()),
+            BatchStorage::U8(v) => Images::U8(v.get(..n).unwrap_or_default()),
         }
     }
 
-    /// The images as `f32`, if that is the dtype.
+    /// Whether the images are in host memory (always, except for device-only GPU batches).
+    pub fn is_on_host(&self) -> bool {
+        self.parts().storage.as_bytes().len() >= self.elems() * self.format.dtype.size()
+    }
+
+    fn host_images(&self) -> Option<Images<'_>> {
+        self.is_on_host().then(|| self.images())
+    }
+
+    /// The images as `f32`, if that is the dtype and they are in host memory.
     pub fn as_f32(&self) -> Option<&[f32]> {
-        match self.images() {
+        match self.host_images()? {
             Images::F32(v) => Some(v),
             _ => None,
         }
     }
 
-    /// The images as `f16`, if that is the dtype.
+    /// The images as `f16`, if that is the dtype and they are in host memory.
     pub fn as_f16(&self) -> Option<&[f16]> {
-        match self.images() {
+        match self.host_images()? {
             Images::F16(v) => Some(v),
             _ => None,
         }
     }
 
-    /// The images as `bf16`, if that is the dtype.
+    /// The images as `bf16`, if that is the dtype and they are in host memory.
     pub fn as_bf16(&self) -> Option<&[bf16]> {
-        match self.images() {
+        match self.host_images()? {
             Images::Bf16(v) => Some(v),
             _ => None,
         }
     }
 
-    /// The images as `u8`, if that is the dtype.
+    /// The images as `u8`, if that is the dtype and they are in host memory.
     pub fn as_u8(&self) -> Option<&[u8]> {
-        match self.images() {
+        match self.host_images()? {
             Images::U8(v) => Some(v),
             _ => None,
         }
     }
 
-    /// The images' bytes in native byte order, whatever the dtype.
+    /// The images' bytes in native byte order, whatever the dtype (empty for a device-only
+    /// GPU batch).
     pub fn as_bytes(&self) -> &[u8] {
-        &self.parts().storage.as_bytes()[..self.elems() * self.format.dtype.size()]
+        let n = self.elems() * self.format.dtype.size();
+        self.parts().storage.as_bytes().get(..n).unwrap_or_default()
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+impl Batch {
+    /// The batch in GPU memory, for a loader built with [`Device::Cuda`](crate::Device::Cuda)
+    /// (`None` for a host batch, also after a fallback to the host). The device memory is the
+    /// batch's until it is dropped; see [`CudaBatch`](crate::CudaBatch) for synchronization
+    /// and for wrapping it in a framework's tensor.
+    pub fn cuda(&self) -> Option<crate::CudaBatch<'_>> {
+        match self.parts().staged.as_ref()? {
+            Staged::Cuda(slot) => Some(crate::CudaBatch::new(slot, &self.format)),
+            _ => None,
+        }
     }
 }
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        if let (Some(parts), Some(pool)) = (self.parts.take(), self.pool.take()) {
+        if let (Some(mut parts), Some(pool)) = (self.parts.take(), self.pool.take()) {
+            // The device slot goes back to its ring (fence 2); only host buffers are pooled.
+            drop(parts.staged.take());
             // A full pool or a finished epoch just frees the buffer.
             let _ = pool.try_send(parts);
         }
@@ -273,17 +353,24 @@ mod tests {
     proptest! {
         #[test]
         fn batcher_keeps_every_item(n in 0usize..300, bs in 1usize..40) {
-            let mut b = Batcher::new(format(bs), Normalizer::new([0.0; 3], [1.0; 3], Layout::Nhwc));
+            let pool = std::sync::Arc::new(rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
+            let mut b = Batcher::new(
+                format(bs),
+                Normalizer::new([0.0; 3], [1.0; 3], Layout::Nhwc),
+                (n % 2 == 0).then_some(pool),
+            );
             let mut batches = Vec::new();
+            let mut recycled = 0;
             for i in 0..n {
-                let px = [(i % 256) as u8; 3];
-                if let Some(p) = b.add(&px, i as u32, i as u64, || BatchParts::new(Dtype::U8, bs, 3)) {
+                let px = vec![(i % 256) as u8; 3];
+                if let Some(p) = b.add(px, i as u32, i as u64, || BatchParts::new(Dtype::U8, bs, 3), |_| recycled += 1) {
                     batches.push(p);
                 }
             }
             let full = batches.len();
             prop_assert_eq!(full, n / bs);
-            if let Some(p) = b.finish() {
+            prop_assert_eq!(recycled, full * bs);
+            if let Some(p) = b.finish(|| BatchParts::new(Dtype::U8, bs, 3), |_| ()) {
                 prop_assert!(p.labels.len() < bs);
                 batches.push(p);
             }

@@ -136,6 +136,9 @@ pub(crate) struct Config {
     pub(crate) cache_policy: CachePolicy,
     pub(crate) device: Device,
     pub(crate) fallback_to_host: bool,
+    pub(crate) gpu_memory_limit: Option<u64>,
+    pub(crate) gpu_normalize: bool,
+    pub(crate) simulate_device: bool,
     pub(crate) panic_on_index: Option<u64>,
     pub(crate) cache_free_space_override: Option<u64>,
     pub(crate) rank: usize,
@@ -171,6 +174,9 @@ impl Default for Config {
             cache_policy: CachePolicy::Fail,
             device: Device::Host,
             fallback_to_host: false,
+            gpu_memory_limit: None,
+            gpu_normalize: true,
+            simulate_device: false,
             panic_on_index: None,
             cache_free_space_override: None,
             rank: 0,
@@ -215,6 +221,21 @@ impl Config {
     pub(crate) fn batch_elems(&self) -> usize {
         self.batch_size * self.sample_len()
     }
+    /// Slots of a device loader's ring: one per batch in the prefetch queue, one being filled,
+    /// one held by the consumer (see `prefetch/mod.rs`).
+    pub(crate) fn device_slots(&self) -> usize {
+        self.prefetch + 2
+    }
+    /// Bytes of one pinned staging buffer: a `u8` batch when the GPU normalizes, else a batch
+    /// in the output dtype.
+    pub(crate) fn staged_batch_bytes(&self) -> usize {
+        let u8_only = self.dtype == Dtype::U8 && self.layout == Layout::Nhwc;
+        if self.gpu_normalize || u8_only {
+            self.batch_elems()
+        } else {
+            self.batch_elems() * self.dtype.size()
+        }
+    }
 }
 
 /// The host memory a loader may hold, computed from its settings before it runs. Every buffer
@@ -225,7 +246,8 @@ impl Config {
 pub struct MemoryBudget {
     /// The source index (paths and labels) and the epoch's permutation.
     pub index_bytes: u64,
-    /// `u8` samples in flight between decode and batcher (the reorder window).
+    /// `u8` samples in flight between decode and batcher: the reorder window and one batch's
+    /// samples waiting to be normalized.
     pub in_flight_bytes: u64,
     /// The shuffle buffer (`shuffle_buffer` × one `u8` sample).
     pub shuffle_buffer_bytes: u64,
@@ -235,7 +257,8 @@ pub struct MemoryBudget {
     /// plus its file. Lower `max_pixels` to lower it.
     pub large_image_bytes: u64,
     /// Batches: the prefetch queue, the one being filled, one spare in the pool and the one the
-    /// consumer holds.
+    /// consumer holds; for a GPU, also `prefetch + 2` pinned staging buffers of one batch each
+    /// (`u8` when the GPU normalizes).
     pub batch_bytes: u64,
 }
 
@@ -257,13 +280,21 @@ impl MemoryBudget {
         let batch = (cfg.batch_elems() * cfg.dtype.size()) as u64 + cfg.batch_size as u64 * (4 + 8);
         MemoryBudget {
             index_bytes: source.heap_bytes() + n * 4,
-            in_flight_bytes: cfg.reorder_window() as u64 * sample,
+            in_flight_bytes: (cfg.reorder_window() + cfg.batch_size + 2) as u64 * sample,
             shuffle_buffer_bytes: cfg.shuffle_buffer as u64 * sample,
             decode_scratch_bytes: threads * (RETAIN_BYTES + SMALL_DECODE_BYTES + sample),
             large_image_bytes: cfg.max_pixels * LARGE_BYTES_PER_PIXEL
                 + cfg.decode_settings().max_file_bytes(),
-            batch_bytes: (cfg.prefetch as u64 + 3) * batch,
+            batch_bytes: (cfg.prefetch as u64 + 3) * batch + pinned_bytes(cfg),
         }
+    }
+}
+
+/// Pinned host staging of a device loader (0 on the host).
+fn pinned_bytes(cfg: &Config) -> u64 {
+    match cfg.device {
+        Device::Host => 0,
+        Device::Cuda(_) => (cfg.device_slots() * cfg.staged_batch_bytes()) as u64,
     }
 }
 
@@ -479,6 +510,34 @@ impl LoaderBuilder {
     /// instead of failing in `build` (default `false`).
     pub fn fallback_to_host(mut self, on: bool) -> Self {
         self.cfg.fallback_to_host = on;
+        self
+    }
+
+    /// A hard cap, in bytes, on the device memory of a [`Device::Cuda`] loader's own buffers
+    /// (default: none). The loader holds `prefetch + 2` slots of one `u8` batch plus one output
+    /// batch each (4 × 24.6 MB = 98 MB for 64 f32 images of 160 × 160 and the default
+    /// `prefetch`). Without a cap, slots are allocated as the pipeline needs them; with one, all
+    /// are allocated in `build`, which fails if they exceed the cap. Either way `build` fails
+    /// if they exceed the device's free memory. Ignored on the host.
+    pub fn gpu_memory_limit(mut self, bytes: u64) -> Self {
+        self.cfg.gpu_memory_limit = Some(bytes);
+        self
+    }
+
+    /// With [`Device::Cuda`], copy `u8` batches and normalize them on the GPU (default
+    /// `true`): a quarter of f32's bytes across PCIe and no normalization on the CPU. `false`
+    /// normalizes on the host and copies the output dtype. Results match within rounding
+    /// (f32: bit-identical). Ignored on the host.
+    pub fn gpu_normalize(mut self, on: bool) -> Self {
+        self.cfg.gpu_normalize = on;
+        self
+    }
+
+    /// Testing aid: on the host, run batches through the device slot ring with host memory
+    /// standing in for the GPU (see `prefetch/host.rs`).
+    #[doc(hidden)]
+    pub fn simulate_device_staging(mut self, on: bool) -> Self {
+        self.cfg.simulate_device = on;
         self
     }
 

@@ -1,4 +1,5 @@
-//! Entry points for the fuzz targets in `fuzz/`: the pure cores that take untrusted bytes.
+//! Entry points for the fuzz targets in `fuzz/` (the pure cores that take untrusted bytes) and
+//! the criterion benches in `benches/` (each stage alone).
 //! Not part of the public API (hidden, no stability promise).
 
 use std::path::{Path, PathBuf};
@@ -84,4 +85,119 @@ pub fn read_cache(bytes: &[u8]) -> usize {
         }
     }
     good
+}
+
+/// A decoder for the criterion benches (`benches/decode.rs`): the loader's per-thread decoder
+/// with its buffers.
+pub struct BenchDecoder {
+    decoder: Decoder,
+    gate: LargeGate,
+    geom: Geometry,
+}
+
+impl BenchDecoder {
+    /// A decoder for a `size`×`size` stretch target; `dct`: DCT-scaled decoding; `zune`: the
+    /// pure-Rust decoder.
+    pub fn new(size: u32, dct: bool, zune: bool) -> Self {
+        BenchDecoder {
+            decoder: Decoder::new(DecodeSettings {
+                max_pixels: 100_000_000,
+                apply_exif: true,
+                check_extension: false,
+                dct_scaling: dct,
+                jpeg_decoder: if zune {
+                    JpegDecoder::Zune
+                } else {
+                    JpegDecoder::Auto
+                },
+            }),
+            gate: LargeGate::default(),
+            geom: Geometry {
+                width: size,
+                height: size,
+                mode: ResizeMode::Stretch,
+            },
+        }
+    }
+
+    /// Decodes only; returns the decoded size.
+    pub fn decode(&mut self, bytes: &[u8]) -> Option<(u32, u32)> {
+        self.decoder
+            .decode(bytes, Path::new("bench.jpg"), &self.geom, false, &self.gate)
+            .ok()
+            .map(|d| (d.width, d.height))
+    }
+
+    /// Decodes, resizes and orients into `out` (`size * size * 3` bytes).
+    pub fn decode_resize(&mut self, bytes: &[u8], out: &mut [u8]) -> bool {
+        self.decoder
+            .decode_resize(
+                bytes,
+                Path::new("bench.jpg"),
+                &self.geom,
+                false,
+                &self.gate,
+                out,
+            )
+            .is_ok()
+    }
+}
+
+/// Resizes an RGB8 image into `out` (`size * size * 3` bytes) as the pipeline does.
+pub fn resize(rgb: &[u8], width: u32, height: u32, size: u32, out: &mut [u8]) -> bool {
+    let geom = Geometry {
+        width: size,
+        height: size,
+        mode: ResizeMode::Stretch,
+    };
+    let decoded = crate::decode::Decoded {
+        rgb,
+        width,
+        height,
+        orientation: 1,
+    };
+    crate::transform::Resizer::new()
+        .resize_orient(&decoded, &geom, out)
+        .is_ok()
+}
+
+/// Normalizes `batch` copies of `sample` into a batch buffer of `dtype` and `layout`, on one
+/// thread or (`parallel`) on a two-thread pool, as the batcher does. Returns the output bytes.
+pub fn normalize_batch(
+    sample: &[u8],
+    batch: usize,
+    dtype: Dtype,
+    layout: Layout,
+    parallel: Option<&rayon::ThreadPool>,
+) -> usize {
+    let norm = Normalizer::new([0.485, 0.456, 0.406], [0.229, 0.224, 0.225], layout);
+    let mut out = BatchStorage::new(dtype, sample.len() * batch);
+    match parallel {
+        Some(pool) => {
+            let samples: Vec<Vec<u8>> = (0..batch).map(|_| sample.to_vec()).collect();
+            pool.install(|| norm.write_all_par(&samples, &mut out));
+        }
+        None => {
+            for k in 0..batch {
+                norm.write(sample, &mut out, k);
+            }
+        }
+    }
+    out.as_bytes().len()
+}
+
+/// Pushes `n` items through a shuffle buffer of `capacity` and drains it; returns a checksum.
+pub fn shuffle_buffer(n: u32, capacity: usize, seed: u64) -> u64 {
+    let mut b =
+        crate::shuffle::ShuffleBuffer::new(capacity, crate::rng::Rng::for_stage(seed, 0, 0));
+    let mut sum = 0u64;
+    for i in 0..n {
+        if let Some(x) = b.push(i) {
+            sum = sum.wrapping_mul(31).wrapping_add(u64::from(x));
+        }
+    }
+    while let Some(x) = b.drain_one() {
+        sum = sum.wrapping_mul(31).wrapping_add(u64::from(x));
+    }
+    sum
 }

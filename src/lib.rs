@@ -39,7 +39,7 @@
 //! | feature     | default | what it adds |
 //! |-------------|---------|--------------|
 //! | `turbojpeg` | yes     | libjpeg-turbo (built from source: needs `cmake` and `nasm`) with DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg |
-//! | `cuda`      | no      | [`Device::Cuda`]: pinned staging and asynchronous copies to the GPU (cudarc, loaded at run time) |
+//! | `cuda`      | no      | [`Device::Cuda`]: pinned staging, asynchronous copies and normalization on the GPU (cudarc, libcuda loaded at run time); `Batch::cuda` |
 //!
 //! ## Tuning
 //!
@@ -52,6 +52,8 @@
 //!   [`Stats::skipped_samples`].
 
 #![deny(missing_docs)]
+// A failed `unwrap` in a unit test is a failed test, with its location.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
@@ -63,6 +65,8 @@ mod error;
 pub mod floor;
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
+pub mod gpu;
 mod loader;
 mod pipeline;
 mod prefetch;
@@ -81,3 +85,11 @@ pub use loader::{Batches, Loader};
 pub use source::Source;
 pub use stats::Stats;
 pub use transform::{Dtype, Layout, ResizeMode};
+
+/// The cudarc version imagefeed uses, for the types [`CudaBatch`] hands out.
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub use cudarc;
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub use prefetch::cuda::CudaBatch;

@@ -43,6 +43,7 @@ pub struct Loader {
     gate: Arc<LargeGate>,
     staging: Staging,
     cache: Option<Arc<Cache>>,
+    normalize_pool: std::sync::OnceLock<Option<Arc<rayon::ThreadPool>>>,
 }
 
 impl Loader {
@@ -66,6 +67,7 @@ impl Loader {
             gate: Arc::new(LargeGate::default()),
             staging,
             cache,
+            normalize_pool: std::sync::OnceLock::new(),
         }
     }
 
@@ -127,6 +129,8 @@ impl Loader {
             self.stats.clone(),
             self.gate.clone(),
             self.cache.clone(),
+            self.normalize_pool(),
+            self.staging.clone(),
             epoch,
             position,
         );
@@ -144,6 +148,27 @@ impl Loader {
                 state,
             },
         }
+    }
+
+    /// The loader's normalize pool (`decode_threads` threads, idle between batches), made on
+    /// first use; `None` with one thread or if it cannot be started (then the batcher thread
+    /// normalizes alone).
+    fn normalize_pool(&self) -> Option<Arc<rayon::ThreadPool>> {
+        self.normalize_pool
+            .get_or_init(|| {
+                let threads = self.cfg.threads();
+                if threads < 2 {
+                    return None;
+                }
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("imagefeed-normalize-{i}"))
+                    .build()
+                    .map_err(|e| log::warn!("no normalize pool ({e}); normalizing on one thread"))
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone()
     }
 
     /// The host memory this loader may hold, computed from its settings.
@@ -196,6 +221,14 @@ impl Loader {
     /// Where batches are delivered (the host, after a fallback from an unusable GPU).
     pub fn device(&self) -> Device {
         self.staging.device()
+    }
+
+    /// Testing aid: the device slot ring's `(capacity, created, free)` slots (zeros without a
+    /// ring).
+    #[doc(hidden)]
+    pub fn device_slots(&self) -> (usize, usize, usize) {
+        let (created, free) = self.staging.slot_use();
+        (self.staging.slots(), created, free)
     }
 
     /// Bytes of the complete on-disk cache, if the loader has one.

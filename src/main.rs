@@ -27,7 +27,21 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Benchmark the loader on a file list or a folder of class folders.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
+    /// What the loader sees of the GPUs: driver, devices, free and total memory, pinned
+    /// allocation, the normalize kernel. Exits 1 without the `cuda` feature, a driver or a GPU.
+    GpuInfo,
+    /// Host-to-device copy bandwidth for one batch in u8 and in f32: the loader's pinned path
+    /// against pageable memory and a plain pinned copy (scripts/gpu-check.sh).
+    #[command(hide = true)]
+    GpuCopy {
+        /// The GPU.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Batch size, channels, height, width.
+        #[arg(long, num_args = 4, default_values_t = [64, 3, 160, 160])]
+        shape: Vec<usize>,
+    },
     /// Write a realistic synthetic JPEG corpus (class folders plus files.txt).
     Corpus {
         /// Output folder (created).
@@ -58,6 +72,10 @@ enum Command {
         /// Print one JSON object per measurement.
         #[arg(long)]
         json: bool,
+        /// Also measure the quality cost of DCT scaling (PSNR against full decode + the same
+        /// resize) on this many images (0: skip).
+        #[arg(long, default_value_t = 500)]
+        psnr_images: usize,
     },
 }
 
@@ -133,6 +151,16 @@ struct BenchArgs {
     /// Print one JSON object per epoch on stdout.
     #[arg(long)]
     json: bool,
+    /// Run a grid of settings (batch size x threads x prefetch x shuffle buffer x dtype), one
+    /// epoch each, and print images/s against peak RSS as a table and an SVG plot.
+    #[arg(long)]
+    sweep: bool,
+    /// With --sweep: images per run (the first N of the source).
+    #[arg(long, default_value_t = 1000)]
+    sweep_images: usize,
+    /// With --sweep: where to write the SVG plot.
+    #[arg(long, default_value = "sweep.svg")]
+    sweep_svg: PathBuf,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -198,7 +226,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         None => default_benchmark(),
+        Some(Command::Bench(args)) if args.sweep => sweep(&args),
         Some(Command::Bench(args)) => bench(&args).map(|_| ()),
+        Some(Command::GpuInfo) => gpu_info(),
+        Some(Command::GpuCopy { device, shape }) => gpu_copy(device, &shape),
         Some(Command::Corpus {
             out_dir,
             count,
@@ -211,7 +242,16 @@ fn main() -> ExitCode {
             limit,
             decoder,
             json,
-        }) => floor(&source, threads, size, limit, decoder.get(), json),
+            psnr_images,
+        }) => floor(
+            &source,
+            threads,
+            size,
+            limit,
+            decoder.get(),
+            json,
+            psnr_images,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -283,6 +323,7 @@ fn floor(
     limit: Option<usize>,
     decoder: JpegDecoder,
     json: bool,
+    psnr_images: usize,
 ) -> Result<(), AnyError> {
     let source = Source::open(source)?;
     let threads = if threads == 0 {
@@ -310,6 +351,23 @@ fn floor(
                 r.seconds,
                 r.images_per_sec,
                 r.mean_decoded_megapixels
+            );
+        }
+    }
+    if psnr_images > 0 {
+        let q = imagefeed::floor::dct_psnr(&source, size, Some(psnr_images))?;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "psnr_images": q.images, "psnr_scaled_images": q.scaled_images,
+                    "mean_psnr_db": q.mean_psnr_db, "min_psnr_db": q.min_psnr_db,
+                })
+            );
+        } else {
+            println!(
+                "DCT scaling quality: mean PSNR {:.1} dB (lowest {:.1} dB) over {} images ({} differ) against full decode + the same resize",
+                q.mean_psnr_db, q.min_psnr_db, q.images, q.scaled_images
             );
         }
     }
@@ -412,8 +470,11 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             _ => loader.epoch(epoch),
         };
         let mut delivered = 0u64;
+        let mut device_wait = std::time::Duration::ZERO;
         while let Some(batch) = batches.next() {
             let batch = batch?;
+            // A GPU batch counts once it is in device memory.
+            device_wait += imagefeed::gpu::wait_ready(&batch)?;
             if let Some(out) = indices_out.as_mut() {
                 for i in batch.indices() {
                     writeln!(out, "{i}")?;
@@ -450,7 +511,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         let s = loader.stats();
         let peak = procinfo::peak_rss_bytes().unwrap_or(0);
         let peak_anon = sampler.stop();
-        let report = serde_json::json!({
+        let mut report = serde_json::json!({
             "epoch": epoch,
             "images": s.images,
             "skipped": s.skipped,
@@ -470,6 +531,9 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "decode_busy_seconds": s.decode_busy.as_secs_f64(),
             "decode_wait_seconds": s.decode_wait.as_secs_f64(),
         });
+        if let Device::Cuda(n) = loader.device() {
+            gpu_report(&mut report, n, &s, device_wait, a.json);
+        }
         if a.json {
             println!("{report}");
         } else {
@@ -506,6 +570,72 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     Ok(reports)
 }
 
+/// Adds the GPU figures of an epoch to its report (and prints them without `--json`): images/s
+/// into GPU memory, host-to-device GB/s while copying, and the share of the epoch the consumer
+/// waited for batches (in `next()` or for a batch's copy to finish).
+fn gpu_report(
+    report: &mut serde_json::Value,
+    ordinal: usize,
+    s: &imagefeed::Stats,
+    device_wait: std::time::Duration,
+    json: bool,
+) {
+    let waited = if s.seconds > 0.0 {
+        ((s.consumer_wait + device_wait).as_secs_f64() / s.seconds).min(1.0)
+    } else {
+        0.0
+    };
+    let fields = serde_json::json!({
+        "device": format!("cuda:{ordinal}"),
+        "gpu_images_per_sec": s.images_per_sec(),
+        "h2d_bytes": s.h2d_bytes,
+        "h2d_gb_per_sec": s.h2d_gb_per_sec(),
+        "device_wait_seconds": device_wait.as_secs_f64(),
+        "gpu_consumer_wait_fraction": waited,
+    });
+    if let (Some(r), serde_json::Value::Object(f)) = (report.as_object_mut(), fields) {
+        r.extend(f);
+    }
+    if !json {
+        println!(
+            "  cuda:{ordinal}: {:.0} images/s into GPU memory, host-to-device {:.1} GB/s while copying ({:.1} MB measured), consumer waited {:.0}% of the time (device copies {:.2} s)",
+            s.images_per_sec(),
+            s.h2d_gb_per_sec(),
+            mb(s.h2d_bytes),
+            100.0 * waited,
+            device_wait.as_secs_f64()
+        );
+    }
+}
+
+/// `imagefeed gpu-info`.
+fn gpu_info() -> Result<(), AnyError> {
+    match imagefeed::gpu::info() {
+        Ok(text) => {
+            print!("{text}");
+            Ok(())
+        }
+        Err(e) => Err(format!("no usable GPU: {e}").into()),
+    }
+}
+
+/// `imagefeed gpu-copy`: one line per copy size.
+fn gpu_copy(device: usize, shape: &[usize]) -> Result<(), AnyError> {
+    let elems: usize = shape.iter().product();
+    for (name, bytes) in [("u8", elems), ("f32", elems * 4)] {
+        let b = imagefeed::gpu::copy_bandwidth(device, bytes)?;
+        println!(
+            "h2d {name} batch {shape:?} ({:.1} MB): loader pinned {:.1} GB/s = {:.0}% of a plain pinned copy ({:.1} GB/s); pageable {:.1} GB/s",
+            mb(bytes as u64),
+            b.loader_pinned,
+            100.0 * b.loader_pinned / b.plain_pinned,
+            b.plain_pinned,
+            b.pageable
+        );
+    }
+    Ok(())
+}
+
 /// Samples the process's anonymous RSS (heap and stacks, not mapped cache files) every 5 ms:
 /// the kernel keeps no peak for it.
 struct AnonSampler {
@@ -535,4 +665,154 @@ impl AnonSampler {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.handle.take().and_then(|h| h.join().ok()).unwrap_or(0)
     }
+}
+
+/// One point of a sweep.
+struct SweepPoint {
+    batch: usize,
+    threads: usize,
+    prefetch: usize,
+    shuffle: usize,
+    dtype: DtypeArg,
+    images_per_sec: f64,
+    peak_rss: u64,
+    budget: u64,
+}
+
+fn dtype_of(d: DtypeArg) -> Dtype {
+    match d {
+        DtypeArg::F32 => Dtype::F32,
+        DtypeArg::F16 => Dtype::F16,
+        DtypeArg::Bf16 => Dtype::Bf16,
+        DtypeArg::U8 => Dtype::U8,
+    }
+}
+
+/// `bench --sweep`: the grid, a table on stdout and an SVG of images/s against peak RSS.
+fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
+    let full = Source::open(&a.source)?;
+    let n = a.sweep_images.min(full.len()).max(1);
+    let source =
+        Source::from_entries((0..n).filter_map(|i| Some((full.path(i)?, full.label(i)?))))?;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let mut threads_grid = vec![1, cores];
+    threads_grid.dedup();
+    // Warm the page cache so that the first point is not penalized by cold reads.
+    let warm = Loader::builder(source.clone()).dtype(Dtype::U8).build()?;
+    for b in warm.epoch(0) {
+        b?;
+    }
+    let mut points = Vec::new();
+    println!(
+        "{:>6} {:>7} {:>8} {:>8} {:>5} {:>10} {:>13} {:>13}",
+        "batch", "threads", "prefetch", "shuffle", "dtype", "images/s", "peak RSS MB", "budget MB"
+    );
+    for batch in [32usize, 64, 128] {
+        for &threads in &threads_grid {
+            for prefetch in [1usize, 2, 4] {
+                for shuffle in [0usize, 1000] {
+                    for dtype in [DtypeArg::F32, DtypeArg::F16, DtypeArg::U8] {
+                        let loader = Loader::builder(source.clone())
+                            .batch_size(batch)
+                            .decode_threads(threads)
+                            .prefetch(prefetch)
+                            .shuffle_buffer(shuffle)
+                            .dtype(dtype_of(dtype))
+                            .image_size_hw(a.size[0], a.size[1])
+                            .on_error(OnError::SKIP_ALL)
+                            .build()?;
+                        procinfo::reset_peak_rss();
+                        let sampler = AnonSampler::start();
+                        for b in loader.epoch(1) {
+                            std::hint::black_box(b?.as_bytes().first().copied());
+                        }
+                        let anon = sampler.stop();
+                        let s = loader.stats();
+                        let p = SweepPoint {
+                            batch,
+                            threads,
+                            prefetch,
+                            shuffle,
+                            dtype,
+                            images_per_sec: s.images_per_sec(),
+                            peak_rss: procinfo::peak_rss_bytes().unwrap_or(anon),
+                            budget: loader.memory_budget().total()
+                                - loader.memory_budget().large_image_bytes,
+                        };
+                        println!(
+                            "{:>6} {:>7} {:>8} {:>8} {:>5} {:>10.0} {:>13.1} {:>13.1}",
+                            p.batch,
+                            p.threads,
+                            p.prefetch,
+                            p.shuffle,
+                            dtype_of(p.dtype).name(),
+                            p.images_per_sec,
+                            mb(p.peak_rss),
+                            mb(p.budget)
+                        );
+                        points.push(p);
+                    }
+                }
+            }
+        }
+    }
+    std::fs::write(&a.sweep_svg, sweep_svg(&points))?;
+    println!(
+        "(budget excludes the one-large-image reserve; plot written to {})",
+        a.sweep_svg.display()
+    );
+    Ok(())
+}
+
+/// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, written by hand:
+/// a few hundred lines of SVG need no plotting crate.
+fn sweep_svg(points: &[SweepPoint]) -> String {
+    let (w, h, m) = (900.0, 560.0, 70.0);
+    let max_x = points.iter().map(|p| mb(p.peak_rss)).fold(1.0, f64::max) * 1.05;
+    let max_y = points.iter().map(|p| p.images_per_sec).fold(1.0, f64::max) * 1.05;
+    let x = |v: f64| m + v / max_x * (w - 2.0 * m);
+    let y = |v: f64| h - m - v / max_y * (h - 2.0 * m);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">imagefeed bench --sweep: images/s against peak RSS</text>\n<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">peak RSS (MB)</text>\n<text x=\"18\" y=\"{}\" transform=\"rotate(-90 18 {})\" text-anchor=\"middle\">images/s</text>\n",
+        w / 2.0, h - m, w - m, h - m, h - m, w / 2.0, h - 20.0, h / 2.0, h / 2.0
+    );
+    for k in 0..=5 {
+        let (vx, vy) = (max_x * f64::from(k) / 5.0, max_y * f64::from(k) / 5.0);
+        s += &format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{vx:.0}</text>\n<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{vy:.0}</text>\n",
+            x(vx), h - m + 16.0, m - 6.0, y(vy) + 4.0
+        );
+    }
+    let colour = |d: DtypeArg| match d {
+        DtypeArg::F32 => "#d62728",
+        DtypeArg::F16 | DtypeArg::Bf16 => "#1f77b4",
+        DtypeArg::U8 => "#2ca02c",
+    };
+    for p in points {
+        s += &format!(
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"{}\" fill=\"{}\" fill-opacity=\"0.7\"><title>batch {} threads {} prefetch {} shuffle {} {}: {:.0} images/s, {:.1} MB</title></circle>\n",
+            x(mb(p.peak_rss)), y(p.images_per_sec), 3 + p.batch / 32, colour(p.dtype),
+            p.batch, p.threads, p.prefetch, p.shuffle, dtype_of(p.dtype).name(), p.images_per_sec, mb(p.peak_rss)
+        );
+    }
+    for (i, (name, d)) in [
+        ("f32", DtypeArg::F32),
+        ("f16", DtypeArg::F16),
+        ("u8", DtypeArg::U8),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let ly = m + 18.0 * i as f64;
+        s += &format!(
+            "<circle cx=\"{}\" cy=\"{ly}\" r=\"5\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{name}</text>\n",
+            w - m - 60.0, colour(*d), w - m - 50.0, ly + 4.0
+        );
+    }
+    s += &format!(
+        "<text x=\"{}\" y=\"{}\">circle size: batch size</text>\n</svg>\n",
+        w - m - 160.0,
+        m + 60.0
+    );
+    s
 }

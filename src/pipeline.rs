@@ -21,6 +21,11 @@
 //!   `window` slots, so the output never depends on thread timing; applies the error policy;
 //!   passes samples through the seeded shuffle buffer; and writes each, normalized once, into
 //!   a batch buffer. Full batches go to the prefetch queue.
+//! - **Device staging** ([`Staging`], `prefetch/`): for a GPU loader the batch buffer is a slot
+//!   of the device ring (`prefetch + 2` slots): the batcher waits for a free slot (polling the
+//!   window's cancel flag, so a drop never hangs), copies the `u8` samples into its pinned
+//!   buffer, and queues the copy to the GPU before sending the batch. The `Batch` returns the
+//!   slot when dropped. `prefetch/mod.rs` has the two fences that guard reuse.
 //! - **Memory**: `window + shuffle_buffer + 2` samples, `prefetch + 3` batches (queue, one being
 //!   filled, one spare, one held by the consumer), per-thread decode buffers and one large
 //!   image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them up.
@@ -42,6 +47,7 @@ use crate::builder::{CachePolicy, Config, ShardPadding};
 use crate::cache::{Cache, CachedSample, EpochCache};
 use crate::decode::{Decoder, LargeGate};
 use crate::error::{DecodeFailure, Error, ErrorKind, OnError};
+use crate::prefetch::Staging;
 use crate::rng::{self, Rng};
 use crate::shuffle::ShuffleBuffer;
 use crate::source::Source;
@@ -108,6 +114,13 @@ impl Window {
             .cancelled = true;
         self.moved.notify_all();
     }
+
+    fn is_cancelled(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cancelled
+    }
 }
 
 /// What one epoch's threads share.
@@ -117,6 +130,10 @@ pub(crate) struct EpochShared {
     pub(crate) stats: Arc<StatsCell>,
     pub(crate) gate: Arc<LargeGate>,
     pub(crate) epoch: u64,
+    /// Threads that write normalized samples into batch buffers in parallel.
+    normalize_pool: Option<Arc<rayon::ThreadPool>>,
+    /// Where full batches go: host memory or a device's slot ring.
+    staging: Staging,
     /// Plan positions already delivered before this run (resumption).
     offset: usize,
     cache: Option<Arc<Cache>>,
@@ -191,12 +208,15 @@ pub(crate) fn plan_len(cfg: &Config, len: usize) -> usize {
 }
 
 /// Starts the threads of one epoch.
+#[allow(clippy::too_many_arguments)] // the loader's parts, each shared with the epoch's threads
 pub(crate) fn start(
     cfg: Arc<Config>,
     source: Arc<Source>,
     stats: Arc<StatsCell>,
     gate: Arc<LargeGate>,
     cache: Option<Arc<Cache>>,
+    normalize_pool: Option<Arc<rayon::ThreadPool>>,
+    staging: Staging,
     epoch: u64,
     start_at: usize,
 ) -> Result<Running, Error> {
@@ -230,12 +250,15 @@ pub(crate) fn start(
         std::sync::atomic::Ordering::Relaxed,
     );
     let shared = Arc::new(EpochShared {
-        samples: bounded(window_size + cfg.shuffle_buffer + 2),
+        // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
+        samples: bounded(window_size + cfg.shuffle_buffer + cfg.batch_size + 2),
         cfg: cfg.clone(),
         source,
         stats,
         gate,
         epoch,
+        normalize_pool,
+        staging,
         offset: start_at,
         cache,
         cache_mode,
@@ -398,29 +421,41 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    /// Writes a sample into the current batch; sends the batch when full. `false`: the
-    /// consumer is gone.
+    /// Adds a sample to the current batch; sends the batch when full. `false`: the consumer
+    /// is gone.
     fn emit(&mut self, pixels: Vec<u8>, index: u32) -> bool {
-        let full = self.write(&pixels, index);
-        let _ = self.shared.samples.0.try_send(pixels);
-        match full {
+        match self.write(pixels, index) {
             Some(parts) => self.send(parts),
             None => true,
         }
     }
 
-    fn write(&mut self, pixels: &[u8], index: u32) -> Option<BatchParts> {
+    /// A batch buffer from the pool, or a new one; for a device, with a slot of its ring
+    /// (waiting for one).
+    fn fresh_parts(
+        shared: &EpochShared,
+        format: BatchFormat,
+        pool: &Receiver<BatchParts>,
+    ) -> BatchParts {
+        let cancelled = || shared.window.is_cancelled();
+        shared
+            .staging
+            .fresh_parts(format, pool, &cancelled, &shared.stats)
+    }
+
+    fn write(&mut self, pixels: Vec<u8>, index: u32) -> Option<BatchParts> {
         let label = self.shared.source.index.label(index as usize);
-        let (format, pool_rx) = (self.format, &self.pool.1);
-        self.batcher.add(pixels, label, u64::from(index), || {
-            pool_rx.try_recv().unwrap_or_else(|_| {
-                BatchParts::new(
-                    format.dtype,
-                    format.batch_size,
-                    format.height * format.width * 3,
-                )
-            })
-        })
+        let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.shared.samples.0);
+        let shared = self.shared;
+        self.batcher.add(
+            pixels,
+            label,
+            u64::from(index),
+            || Self::fresh_parts(shared, format, pool_rx),
+            |px| {
+                let _ = samples.try_send(px);
+            },
+        )
     }
 
     /// Writes a copy of a sample in place of a skipped one (sharded epochs keep their size).
@@ -429,13 +464,22 @@ impl Sink<'_> {
             .stats
             .padded
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match self.write(pixels, index) {
-            Some(parts) => self.send(parts),
-            None => true,
-        }
+        let mut copy = self.shared.samples.1.try_recv().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(pixels);
+        self.emit(copy, index)
     }
 
+    /// Sends a full batch (queueing its copy to a device first). `false`: stop, the consumer
+    /// is gone or has been sent an error.
     fn send(&mut self, parts: BatchParts) -> bool {
+        let parts = match self.shared.staging.submit(parts, &self.shared.stats) {
+            Ok(parts) => parts,
+            Err(e) => {
+                let _ = self.out.send(Err(e));
+                return false;
+            }
+        };
         let batch = Batch::new(
             parts,
             self.format,
@@ -453,7 +497,15 @@ impl Sink<'_> {
         if self.shared.cfg.drop_remainder {
             return true;
         }
-        match self.batcher.finish() {
+        let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.shared.samples.0);
+        let shared = self.shared;
+        let last = self.batcher.finish(
+            || Self::fresh_parts(shared, format, pool_rx),
+            |px| {
+                let _ = samples.try_send(px);
+            },
+        );
+        match last {
             Some(parts) => self.send(parts),
             None => true,
         }
@@ -495,9 +547,15 @@ fn batch_loop_inner(
     };
     let mut sink = Sink {
         shared,
-        batcher: Batcher::new(format, Normalizer::new(cfg.mean, cfg.std, cfg.layout)),
+        batcher: Batcher::new(
+            format,
+            Normalizer::new(cfg.mean, cfg.std, cfg.layout),
+            shared.normalize_pool.clone(),
+        ),
         format,
-        pool: bounded(1),
+        // Room for every batch in circulation (queue, consumer, batcher), so a returned batch
+        // is never freed and a new one never allocated in steady state.
+        pool: bounded(cfg.prefetch + 2),
         out,
         position: shared.offset as u64,
     };

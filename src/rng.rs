@@ -9,7 +9,6 @@ pub(crate) struct Rng(u64);
 /// Stage tags mixed into seeds so that stages draw independent streams.
 pub(crate) const STAGE_PERMUTATION: u64 = 1;
 pub(crate) const STAGE_SHUFFLE_BUFFER: u64 = 2;
-pub(crate) const STAGE_SHARD_ORDER: u64 = 3;
 
 impl Rng {
     /// A generator for one (seed, epoch, stage) triple.

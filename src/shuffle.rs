@@ -44,6 +44,7 @@ impl<T> ShuffleBuffer<T> {
         Some(self.items.swap_remove(j))
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.items.len()
     }

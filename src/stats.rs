@@ -50,6 +50,14 @@ pub struct Stats {
     pub batcher_wait_consumer: Duration,
     /// Time the consumer waited inside `next()` (the pipeline is slower).
     pub consumer_wait: Duration,
+    /// Bytes copied from host to device whose copy time was measured ([`Device::Cuda`]
+    /// loaders; 0 on the host). Measured when a slot is reused, so the last few batches of an
+    /// epoch may be missing.
+    ///
+    /// [`Device::Cuda`]: crate::Device::Cuda
+    pub h2d_bytes: u64,
+    /// The GPU time those copies took (from events around each copy).
+    pub h2d_busy: Duration,
 }
 
 impl Stats {
@@ -57,6 +65,17 @@ impl Stats {
     pub fn images_per_sec(&self) -> f64 {
         if self.seconds > 0.0 {
             self.images as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// Host-to-device copy bandwidth while copying, in GB/s (10^9 bytes a second); 0 without
+    /// measured copies.
+    pub fn h2d_gb_per_sec(&self) -> f64 {
+        let s = self.h2d_busy.as_secs_f64();
+        if s > 0.0 {
+            self.h2d_bytes as f64 / s / 1e9
         } else {
             0.0
         }
@@ -86,6 +105,8 @@ pub(crate) struct StatsCell {
     pub(crate) decode_wait_ns: AtomicU64,
     pub(crate) batcher_wait_ns: AtomicU64,
     pub(crate) consumer_wait_ns: AtomicU64,
+    pub(crate) h2d_bytes: AtomicU64,
+    pub(crate) h2d_ns: AtomicU64,
     pub(crate) threads: AtomicU64,
     pub(crate) prefetch: AtomicU64,
     pub(crate) skipped_samples: Mutex<Vec<(PathBuf, String)>>,
@@ -114,6 +135,8 @@ impl StatsCell {
             &self.decode_wait_ns,
             &self.batcher_wait_ns,
             &self.consumer_wait_ns,
+            &self.h2d_bytes,
+            &self.h2d_ns,
         ] {
             c.store(0, Relaxed);
         }
@@ -172,6 +195,8 @@ impl StatsCell {
             decode_wait: ns(&self.decode_wait_ns),
             batcher_wait_consumer: ns(&self.batcher_wait_ns),
             consumer_wait: ns(&self.consumer_wait_ns),
+            h2d_bytes: self.h2d_bytes.load(Relaxed),
+            h2d_busy: ns(&self.h2d_ns),
         }
     }
 }

@@ -245,7 +245,7 @@ mod tests {
 
     fn sof(w: u16, h: u16, comps: u8, code: u8) -> Vec<u8> {
         let mut v = vec![0xFF, 0xD8];
-        v.extend_from_slice(&[0xFF, code, 0, 8 + 3 * comps as u8, 8]);
+        v.extend_from_slice(&[0xFF, code, 0, 8 + 3 * comps, 8]);
         v.extend_from_slice(&h.to_be_bytes());
         v.extend_from_slice(&w.to_be_bytes());
         v.push(comps);

@@ -103,8 +103,6 @@ pub(crate) struct Decoded<'a> {
     pub(crate) height: u32,
     /// EXIF orientation still to apply (1 = none).
     pub(crate) orientation: u8,
-    /// DCT scale denominator used (1 = full size).
-    pub(crate) scale: u32,
 }
 
 /// Per-worker decoder: reusable buffers and decoder handles. Not shared between threads.
@@ -296,7 +294,6 @@ impl Decoder {
             width,
             height,
             orientation,
-            scale,
         })
     }
 
@@ -456,7 +453,6 @@ impl Decoder {
             width: w,
             height: h,
             orientation,
-            scale: 1,
         })
     }
 }

@@ -12,3 +12,4 @@ mod errors;
 mod pipeline;
 mod shard;
 mod shutdown;
+mod staging;

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Side-by-side comparison on one corpus, in one run: imagefeed (cold and cached), the decode
+# floor (libjpeg-turbo decode only, full size and DCT-scaled) and, when TensorFlow is installed
+# (`pip install tensorflow-cpu`), the tf.data pipeline from the TensorFlow guide.
+#
+# usage: benches/compare/compare.sh [LIST] [THREADS]
+#   LIST: a files.txt (default: a 5,000-image corpus written by `imagefeed corpus` to
+#   $TMPDIR/imagefeed-compare); THREADS: decode threads (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+threads=${2:-2}
+cargo build --release --quiet
+bin=target/release/imagefeed
+list=${1:-}
+if [ -z "$list" ]; then
+  dir=${TMPDIR:-/tmp}/imagefeed-compare
+  [ -f "$dir/files.txt" ] || "$bin" corpus "$dir" --count 5000 --seed 0
+  list=$dir/files.txt
+fi
+out=$(mktemp -d)
+cache=$out/imagefeed.cache
+echo "corpus: $list ($(wc -l < "$list") images), $threads threads" >&2
+
+echo "== imagefeed: cold epoch, then 2 cached epochs (batch 64, shuffle buffer 1000, f32 160x160)" >&2
+"$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --json > "$out/cold.json"
+"$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --epochs 3 --cache "$cache" --json > "$out/cached.json"
+echo "== decode floor" >&2
+"$bin" floor "$list" --threads "$threads" --json > "$out/floor.json"
+if python3 -c "import tensorflow" 2>/dev/null; then
+  echo "== tf.data (TensorFlow guide pipeline), cold, then with .cache(file)" >&2
+  python3 benches/compare/tf_pipeline.py "$list" > "$out/tf.json"
+  python3 benches/compare/tf_pipeline.py "$list" --epochs 3 --cache "$out/tf.cache" > "$out/tf_cached.json"
+else
+  echo "== tf.data skipped: TensorFlow is not installed (pip install tensorflow-cpu)" >&2
+fi
+
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def rows(name):
+    p = os.path.join(out, name)
+    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+cold, cached, floor = rows("cold.json"), rows("cached.json"), rows("floor.json")
+tf, tfc = rows("tf.json"), rows("tf_cached.json")
+fl = {r.get("scaled"): r for r in floor if "scaled" in r}
+q = [r for r in floor if "mean_psnr_db" in r]
+def mb(b): return b / 1e6
+ic = cold[0]
+print(f"imagefeed cold epoch      {ic['images_per_sec']:8.0f} images/s  peak RSS {mb(ic['peak_rss_bytes']):7.1f} MB")
+for r in cached[1:]:
+    print(f"imagefeed cached epoch {r['epoch']}  {r['images_per_sec']:8.0f} images/s  peak RSS {mb(r['peak_rss_bytes']):7.1f} MB (anonymous {mb(r['peak_anon_rss_bytes']):.1f} MB), cache {mb(r['cache_bytes'] or 0):.0f} MB")
+print(f"decode floor, full size   {fl[False]['images_per_sec']:8.0f} images/s")
+print(f"decode floor, DCT-scaled  {fl[True]['images_per_sec']:8.0f} images/s")
+if q:
+    print(f"DCT scaling quality: mean PSNR {q[0]['mean_psnr_db']:.1f} dB, lowest {q[0]['min_psnr_db']:.1f} dB")
+print(f"ratio imagefeed cold / DCT-scaled floor: {ic['images_per_sec'] / fl[True]['images_per_sec']:.2f}")
+if tf:
+    t = tf[0]
+    print(f"tf.data cold epoch        {t['images_per_sec']:8.0f} images/s  peak RSS {mb(t['peak_rss_bytes']):7.1f} MB")
+    print(f"ratio imagefeed / tf.data cold: {ic['images_per_sec'] / t['images_per_sec']:.2f}x speed, {ic['peak_rss_bytes'] / t['peak_rss_bytes']:.2f}x peak RSS")
+if tfc:
+    for r in tfc:
+        print(f"tf.data .cache() epoch {r['epoch']}  {r['images_per_sec']:8.0f} images/s  peak RSS {mb(r['peak_rss_bytes']):7.1f} MB")
+    if len(tfc) > 1 and len(cached) > 1:
+        print(f"ratio imagefeed / tf.data cached epoch: {cached[-1]['images_per_sec'] / tfc[-1]['images_per_sec']:.2f}x")
+PY
+rm -rf "$out"

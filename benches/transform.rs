@@ -1,0 +1,47 @@
+//! Resize and normalize, per image: 500×375 → 160×160 (the antialiased bilinear resize), and
+//! writing a 64-image batch in each dtype and layout, on one thread and on two.
+//! `cargo bench --bench transform`
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use imagefeed::{fuzzing, Dtype, Layout};
+use std::hint::black_box;
+
+fn transform(c: &mut Criterion) {
+    let photo = image::open(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/photos/photo_0.jpg"
+    ))
+    .expect("testdata/photos/photo_0.jpg")
+    .to_rgb8();
+    let src =
+        image::imageops::resize(&photo, 500, 375, image::imageops::FilterType::Triangle).into_raw();
+    let mut out = vec![0u8; 160 * 160 * 3];
+    let mut g = c.benchmark_group("resize");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("500x375_to_160", |b| {
+        b.iter(|| black_box(fuzzing::resize(black_box(&src), 500, 375, 160, &mut out)))
+    });
+    g.finish();
+
+    let sample = out.clone();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    let mut g = c.benchmark_group("normalize_batch64");
+    g.throughput(Throughput::Elements(64));
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::U8] {
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            for (threads, p) in [("1t", None), ("2t", Some(&pool))] {
+                let id = BenchmarkId::new(format!("{}_{layout:?}", dtype.name()), threads);
+                g.bench_function(id, |b| {
+                    b.iter(|| black_box(fuzzing::normalize_batch(&sample, 64, dtype, layout, p)))
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, transform);
+criterion_main!(benches);
