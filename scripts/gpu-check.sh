@@ -26,7 +26,7 @@ miss() { summary+=("MISSED: $*"); failed=1; }
 features=(--features cuda)
 if ! command -v cmake >/dev/null 2>&1 || ! command -v nasm >/dev/null 2>&1; then
   echo "gpu-check: cmake or nasm missing: building with the pure-Rust JPEG decoder"
-  features=(--no-default-features --features cuda)
+  features=(--no-default-features --features cuda,cuda-11040)
 fi
 
 say "nvidia-smi"

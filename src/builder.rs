@@ -123,6 +123,7 @@ pub(crate) struct Config {
     pub(crate) shuffle_buffer: usize,
     pub(crate) seed: u64,
     pub(crate) decode_threads: usize,
+    pub(crate) autotune: bool,
     pub(crate) prefetch: usize,
     pub(crate) drop_remainder: bool,
     pub(crate) on_error: OnError,
@@ -161,6 +162,7 @@ impl Default for Config {
             shuffle_buffer: 0,
             seed: 0,
             decode_threads: 0,
+            autotune: false,
             prefetch: 2,
             drop_remainder: false,
             on_error: OnError::Fail,
@@ -203,6 +205,23 @@ impl Config {
             jpeg_decoder: self.jpeg_decoder,
         }
     }
+    /// The deepest prefetch queue this loader may use.
+    pub(crate) fn max_prefetch(&self) -> usize {
+        if self.autotune {
+            self.prefetch.max(crate::tune::MAX_PREFETCH)
+        } else {
+            self.prefetch
+        }
+    }
+    /// The most decode threads this loader may use.
+    pub(crate) fn max_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if self.autotune {
+            self.threads().max(cores)
+        } else {
+            self.threads()
+        }
+    }
     pub(crate) fn threads(&self) -> usize {
         if self.decode_threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -213,7 +232,7 @@ impl Config {
     /// Samples decoded ahead of the one the batcher waits for: lets threads pass a slow image
     /// without breaking the deterministic order.
     pub(crate) fn reorder_window(&self) -> usize {
-        (self.threads() * 8).max(16)
+        (self.max_threads() * 8).max(16)
     }
     pub(crate) fn sample_len(&self) -> usize {
         self.geometry().sample_len()
@@ -275,7 +294,7 @@ impl MemoryBudget {
 
     pub(crate) fn compute(cfg: &Config, source: &Source) -> MemoryBudget {
         let sample = cfg.sample_len() as u64;
-        let threads = cfg.threads() as u64;
+        let threads = cfg.max_threads() as u64;
         let n = source.len() as u64;
         let batch = (cfg.batch_elems() * cfg.dtype.size()) as u64 + cfg.batch_size as u64 * (4 + 8);
         MemoryBudget {
@@ -285,7 +304,7 @@ impl MemoryBudget {
             decode_scratch_bytes: threads * (RETAIN_BYTES + SMALL_DECODE_BYTES + sample),
             large_image_bytes: cfg.max_pixels * LARGE_BYTES_PER_PIXEL
                 + cfg.decode_settings().max_file_bytes(),
-            batch_bytes: (cfg.prefetch as u64 + 3) * batch + pinned_bytes(cfg),
+            batch_bytes: (cfg.max_prefetch() as u64 + 3) * batch + pinned_bytes(cfg),
         }
     }
 }
@@ -420,6 +439,16 @@ impl LoaderBuilder {
     /// reusable buffers each, at most.
     pub fn decode_threads(mut self, n: usize) -> Self {
         self.cfg.decode_threads = n;
+        self
+    }
+
+    /// Adapt `decode_threads` and `prefetch` after every epoch to where time went (default
+    /// `false`): more threads when the consumer waits on busy decoders, a deeper queue when it
+    /// waits on bursts, fewer of both when the training step is the bottleneck. The settings
+    /// given are the starting point; threads stay within the cores, prefetch within 1..=8
+    /// (the memory budget assumes 8). [`Stats`](crate::Stats) reports what each epoch used.
+    pub fn autotune(mut self, on: bool) -> Self {
+        self.cfg.autotune = on;
         self
     }
 

@@ -76,6 +76,7 @@ mod shuffle;
 mod source;
 mod stats;
 mod transform;
+mod tune;
 
 pub use batch::{Batch, Images};
 pub use builder::{CachePolicy, Device, LoaderBuilder, LoaderState, MemoryBudget, ShardPadding};

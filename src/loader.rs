@@ -1,7 +1,9 @@
 //! [`Loader`] (reused across epochs) and [`Batches`] (one epoch's iterator).
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use crate::tune::Knobs;
 use std::time::Instant;
 
 use crate::batch::Batch;
@@ -44,6 +46,7 @@ pub struct Loader {
     staging: Staging,
     cache: Option<Arc<Cache>>,
     normalize_pool: std::sync::OnceLock<Option<Arc<rayon::ThreadPool>>>,
+    knobs: Arc<Mutex<Knobs>>,
 }
 
 impl Loader {
@@ -59,6 +62,10 @@ impl Loader {
         staging: Staging,
         cache: Option<Arc<Cache>>,
     ) -> Self {
+        let knobs = Arc::new(Mutex::new(Knobs {
+            threads: cfg.threads(),
+            prefetch: cfg.prefetch,
+        }));
         Loader {
             source,
             cfg,
@@ -68,6 +75,7 @@ impl Loader {
             staging,
             cache,
             normalize_pool: std::sync::OnceLock::new(),
+            knobs,
         }
     }
 
@@ -105,6 +113,7 @@ impl Loader {
             (None, Ok(position)) => self.start(state.epoch, position),
             (why, _) => Batches {
                 running: None,
+                tuner: None,
                 pending: Some(Error::config(
                     "resume",
                     why.unwrap_or_else(|| "position out of range".into()),
@@ -131,18 +140,21 @@ impl Loader {
             self.cache.clone(),
             self.normalize_pool(),
             self.staging.clone(),
+            *self.knobs.lock().unwrap_or_else(|e| e.into_inner()),
             epoch,
             position,
         );
         match started {
             Ok(running) => Batches {
                 running: Some(running),
+                tuner: self.cfg.autotune.then(|| (self.knobs.clone(), self.cfg.max_threads())),
                 pending: None,
                 stats: self.stats.clone(),
                 state,
             },
             Err(e) => Batches {
                 running: None,
+                tuner: None,
                 pending: Some(e),
                 stats: self.stats.clone(),
                 state,
@@ -248,6 +260,8 @@ impl Loader {
 /// iterator ends. Dropping it stops and joins the epoch's threads.
 pub struct Batches {
     running: Option<Running>,
+    /// With autotune: the loader's settings for the next epoch, and the most threads allowed.
+    tuner: Option<(Arc<Mutex<Knobs>>, usize)>,
     pending: Option<Error>,
     stats: Arc<StatsCell>,
     state: LoaderState,
@@ -307,6 +321,17 @@ impl Iterator for Batches {
                 // The batcher finished (or died): the epoch is over.
                 let panicked = self.shut_down();
                 self.stats.finish();
+                if let (None, Some((knobs, max_threads))) = (&panicked, self.tuner.take()) {
+                    let mut k = knobs.lock().unwrap_or_else(|e| e.into_inner());
+                    let next = crate::tune::next(*k, &self.stats.snapshot(), max_threads);
+                    if next != *k {
+                        log::info!(
+                            "autotune: decode threads {} -> {}, prefetch {} -> {}",
+                            k.threads, next.threads, k.prefetch, next.prefetch
+                        );
+                    }
+                    *k = next;
+                }
                 panicked.map(Err)
             }
         }

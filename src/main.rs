@@ -94,6 +94,9 @@ struct BenchArgs {
     /// Ready batches queued ahead of the consumer.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// Adapt decode threads and prefetch depth after every epoch (reported per epoch).
+    #[arg(long)]
+    autotune: bool,
     #[arg(long, default_value_t = 1)]
     epochs: u64,
     /// Output height and width.
@@ -388,6 +391,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .shuffle_buffer(a.shuffle_buffer)
         .shuffle(!a.no_shuffle)
         .prefetch(a.prefetch)
+        .autotune(a.autotune)
         .image_size_hw(a.size[0], a.size[1])
         .dtype(match a.dtype {
             DtypeArg::F32 => Dtype::F32,
@@ -545,7 +549,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
                 _ => String::new(),
             };
             println!(
-                "epoch {epoch}: {} images, {} skipped, {:.2} s, {:.0} images/s, peak RSS {:.1} MB (anonymous {:.1} MB), memory budget {:.1} MB, consumer waited {:.0}% of the time{cache_note}",
+                "epoch {epoch}: {} images, {} skipped, {:.2} s, {:.0} images/s, peak RSS {:.1} MB (anonymous {:.1} MB), memory budget {:.1} MB, consumer waited {:.0}% of the time, {} decode threads, prefetch {}{cache_note}",
                 s.images,
                 s.skipped,
                 s.seconds,
@@ -553,7 +557,9 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
                 mb(peak),
                 mb(peak_anon),
                 mb(budget.total()),
-                100.0 * s.consumer_wait_fraction()
+                100.0 * s.consumer_wait_fraction(),
+                s.decode_threads,
+                s.prefetch
             );
             for (path, reason) in s.skipped_samples.iter().take(20) {
                 eprintln!("  skipped {}: {reason}", path.display());

@@ -217,10 +217,11 @@ pub(crate) fn start(
     cache: Option<Arc<Cache>>,
     normalize_pool: Option<Arc<rayon::ThreadPool>>,
     staging: Staging,
+    knobs: crate::tune::Knobs,
     epoch: u64,
     start_at: usize,
 ) -> Result<Running, Error> {
-    let threads = cfg.threads();
+    let threads = knobs.threads;
     let window_size = cfg.reorder_window();
     let cache_mode = match &cache {
         Some(c) => c.begin_epoch()?,
@@ -243,7 +244,7 @@ pub(crate) fn start(
         EpochCache::Read(_) => 1,
         EpochCache::Write(_) => 2,
     };
-    stats.reset(epoch, threads, cfg.prefetch, mode_code);
+    stats.reset(epoch, threads, knobs.prefetch, mode_code);
     let cache_bytes = cache.as_ref().and_then(|c| c.size_on_disk());
     stats.cache_bytes_plus_one.store(
         cache_bytes.map_or(0, |b| b + 1),
@@ -268,7 +269,7 @@ pub(crate) fn start(
     // The window bounds what is in flight, so this channel never fills; it is bounded anyway.
     let (loaded_tx, loaded_rx) = bounded::<Loaded>(window_size);
     // The prefetch queue: ready batches ahead of the consumer.
-    let (batch_tx, batch_rx) = bounded(cfg.prefetch);
+    let (batch_tx, batch_rx) = bounded(knobs.prefetch);
     let mut handles = Vec::with_capacity(threads + 1);
     let spawn_all = || -> Result<(), Error> {
         for t in 0..threads {
@@ -555,7 +556,7 @@ fn batch_loop_inner(
         format,
         // Room for every batch in circulation (queue, consumer, batcher), so a returned batch
         // is never freed and a new one never allocated in steady state.
-        pool: bounded(cfg.prefetch + 2),
+        pool: bounded(cfg.max_prefetch() + 2),
         out,
         position: shared.offset as u64,
     };
