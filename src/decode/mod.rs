@@ -142,14 +142,23 @@ impl Decoder {
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
-        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-        if meta.is_dir() {
+        // Stat before opening: opening a FIFO would block until a writer appears, and a
+        // device could be read forever.
+        let kind = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if kind.is_dir() {
             return Err(Error::io(
                 path,
                 std::io::Error::other("is a directory, not an image file"),
             ));
         }
+        if !kind.is_file() {
+            return Err(Error::io(
+                path,
+                std::io::Error::other("is not a regular file (a device, FIFO or socket)"),
+            ));
+        }
+        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
         let limit = self.settings.max_file_bytes();
         if meta.len() > limit {
             return Err(fail(
@@ -535,6 +544,37 @@ fn check_extension(path: &Path, format: Format) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn issue_6_fifo_and_device_are_errors_not_hangs() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.jpg");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        let geom = Geometry {
+            width: 8,
+            height: 8,
+            mode: crate::ResizeMode::Stretch,
+        };
+        let settings = DecodeSettings {
+            max_pixels: 1 << 20,
+            apply_exif: true,
+            check_extension: true,
+            dct_scaling: true,
+            jpeg_decoder: JpegDecoder::Auto,
+        };
+        let mut d = Decoder::new(settings);
+        let gate = LargeGate::default();
+        let mut out = vec![0u8; geom.sample_len()];
+        if made.is_ok_and(|s| s.success()) {
+            let e = d.load_file(&fifo, &geom, &gate, &mut out).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        let e = d
+            .load_file(Path::new("/dev/zero"), &geom, &gate, &mut out)
+            .unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
 
     #[test]
     fn cmyk_conversion() {
