@@ -240,10 +240,10 @@ impl Config {
     pub(crate) fn batch_elems(&self) -> usize {
         self.batch_size * self.sample_len()
     }
-    /// Slots of a device loader's ring: one per batch in the prefetch queue, one being filled,
-    /// one held by the consumer (see `prefetch/mod.rs`).
+    /// Slots of a device loader's ring: one per batch in the (deepest) prefetch queue, one
+    /// being filled, one held by the consumer (see `prefetch/mod.rs`).
     pub(crate) fn device_slots(&self) -> usize {
-        self.prefetch + 2
+        self.max_prefetch() + 2
     }
     /// Bytes of one pinned staging buffer: a `u8` batch when the GPU normalizes, else a batch
     /// in the output dtype.

@@ -10,9 +10,10 @@
 //! # The slot ring
 //!
 //! A device loader owns `N = prefetch + 2` slots (one per batch in the prefetch queue, one being
-//! filled by the batcher, one held by the consumer). With `cuda`, a slot is a pinned
-//! (page-locked, write-combined) host buffer for one batch, a device buffer for the copied bytes,
-//! a device buffer for the normalized output, and events. A batch's life:
+//! filled by the batcher, one held by the consumer; with `autotune`, `prefetch` is the deepest
+//! queue it may pick, 8). With `cuda`, a slot is a pinned (page-locked, write-combined) host
+//! buffer for one batch, a device buffer for the copied bytes, a device buffer for the normalized
+//! output, and events. A batch's life:
 //!
 //! 1. The batcher takes a free slot ([`SlotRing::acquire`]); slots are allocated lazily, so a
 //!    fast consumer never makes the loader allocate all `N`.
