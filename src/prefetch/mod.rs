@@ -404,7 +404,11 @@ impl Staging {
                 // pinned buffer, and an empty storage tells `Batch` the images are not on the
                 // host); a batch that got no slot is written to host memory instead.
                 let on_host = c.normalizes_on_host() || matches!(staged, Staged::Failed(_));
-                let elems = if on_host { format.batch_size * sample_len } else { 0 };
+                let elems = if on_host {
+                    format.batch_size * sample_len
+                } else {
+                    0
+                };
                 let mut parts = pool
                     .try_recv()
                     .unwrap_or_else(|_| BatchParts::new(format.dtype, format.batch_size, 0));
