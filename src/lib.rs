@@ -40,6 +40,7 @@
 //! |-------------|---------|--------------|
 //! | `turbojpeg` | yes     | libjpeg-turbo (built from source: needs `cmake` and `nasm`) with DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg |
 //! | `cuda`      | no      | [`Device::Cuda`]: pinned staging, asynchronous copies and normalization on the GPU (cudarc, libcuda loaded at run time); `Batch::cuda` |
+//! | `cuda-11040` | yes    | the CUDA version cudarc is built for with `cuda` (11.4, the oldest; nothing without `cuda`); turn the default features off to choose another (README, "GPU") |
 //!
 //! ## Tuning
 //!
