@@ -30,12 +30,12 @@
 //!   the DMA engine may still be reading the buffer. [`SlotMemory::wait_copied`] is this wait.
 //! - **Fence 2, the consumer is done.** A slot returns to the free list only when its
 //!   [`Batch`](crate::Batch) is dropped ([`SlotLease`]'s `Drop`). Because the consumer's GPU work
-//!   on the batch may still be queued when it drops the batch on the CPU, the drop also records
-//!   the slot's `released` event — on the stream the consumer named with
-//!   `CudaBatch::release_after`, else on the context's legacy default stream — and the loader's
-//!   stream waits on that event before it overwrites the slot's device buffers.
-//!   ([`SlotMemory::on_release`] records it.) cudarc's own read/write events add the same
-//!   ordering for consumers that read the batch through cudarc views.
+//!   on the batch may still be queued when it drops the batch on the CPU, the slot's `released`
+//!   event marks where that work ends: recorded on the consumer's stream when it calls
+//!   `CudaBatch::release_after(stream)`, else, at the drop, on the context's legacy default
+//!   stream ([`SlotMemory::on_release`]). The loader's stream waits on that event before it
+//!   overwrites the slot's device buffers. cudarc's own read/write events add the same ordering
+//!   for consumers that read the batch through cudarc views.
 //!
 //! **Memory bound.** Pinned host memory is at most `N ×` one staged batch (a `u8` batch when
 //! the GPU normalizes: 64 × 160 × 160 × 3 B = 4.9 MB), device memory at most `N ×` (the `u8`
