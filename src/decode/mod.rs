@@ -62,9 +62,13 @@ pub(crate) struct DecodeSettings {
 }
 
 impl DecodeSettings {
-    /// Most bytes a file may have: it cannot usefully exceed an uncompressed frame.
+    /// Most bytes a file may have: an uncompressed RGBA frame of `max_pixels` plus 16 MiB of
+    /// metadata, and never more than 256 MiB (a 100-megapixel photo compresses far below it).
     pub(crate) fn max_file_bytes(&self) -> u64 {
-        self.max_pixels.saturating_mul(4).saturating_add(16 << 20)
+        self.max_pixels
+            .saturating_mul(4)
+            .saturating_add(16 << 20)
+            .min(256 << 20)
     }
 }
 
@@ -164,7 +168,7 @@ impl Decoder {
             return Err(fail(
                 path,
                 format!(
-                    "file is {} bytes, over the {limit}-byte limit implied by max_pixels",
+                    "file is {} bytes, over the {limit}-byte limit (max_pixels x 4 + 16 MiB, at most 256 MiB)",
                     meta.len()
                 ),
             ));
