@@ -147,7 +147,10 @@ impl Loader {
         match started {
             Ok(running) => Batches {
                 running: Some(running),
-                tuner: self.cfg.autotune.then(|| (self.knobs.clone(), self.cfg.max_threads())),
+                tuner: self
+                    .cfg
+                    .autotune
+                    .then(|| (self.knobs.clone(), self.cfg.max_threads())),
                 pending: None,
                 stats: self.stats.clone(),
                 state,
@@ -327,7 +330,10 @@ impl Iterator for Batches {
                     if next != *k {
                         log::info!(
                             "autotune: decode threads {} -> {}, prefetch {} -> {}",
-                            k.threads, next.threads, k.prefetch, next.prefetch
+                            k.threads,
+                            next.threads,
+                            k.prefetch,
+                            next.prefetch
                         );
                     }
                     *k = next;

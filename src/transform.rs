@@ -463,7 +463,10 @@ mod tests {
             unreachable!()
         };
         let want = [0.0, 0.2, 1.0, 1.0, 0.0, 0.4];
-        assert!(v[6..].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{v:?}");
+        assert!(
+            v[6..].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{v:?}"
+        );
         assert!(v[..6].iter().all(|&x| x == 0.0));
         let n = Normalizer::new([0.5; 3], [0.5; 3], Layout::Nchw);
         let mut out = BatchStorage::new(Dtype::F32, 6);

@@ -51,39 +51,79 @@ mod tests {
     use std::time::Duration;
 
     fn stats(seconds: f64, consumer_wait: f64, decode_busy: f64) -> Stats {
-        let mut s = Stats::default();
-        s.images = 100;
-        s.seconds = seconds;
-        s.consumer_wait = Duration::from_secs_f64(consumer_wait);
-        s.decode_busy = Duration::from_secs_f64(decode_busy);
-        s
+        Stats {
+            images: 100,
+            seconds,
+            consumer_wait: Duration::from_secs_f64(consumer_wait),
+            decode_busy: Duration::from_secs_f64(decode_busy),
+            ..Stats::default()
+        }
     }
 
     #[test]
     fn starved_consumer_with_busy_decoders_gets_a_thread() {
-        let k = Knobs { threads: 1, prefetch: 2 };
-        assert_eq!(next(k, &stats(10.0, 5.0, 9.5), 2), Knobs { threads: 2, prefetch: 2 });
+        let k = Knobs {
+            threads: 1,
+            prefetch: 2,
+        };
+        assert_eq!(
+            next(k, &stats(10.0, 5.0, 9.5), 2),
+            Knobs {
+                threads: 2,
+                prefetch: 2
+            }
+        );
         // No more cores: unchanged.
-        let k = Knobs { threads: 2, prefetch: 2 };
+        let k = Knobs {
+            threads: 2,
+            prefetch: 2,
+        };
         assert_eq!(next(k, &stats(10.0, 5.0, 19.5), 2), k);
     }
 
     #[test]
     fn bursty_stalls_get_a_deeper_queue() {
-        let k = Knobs { threads: 2, prefetch: 2 };
-        assert_eq!(next(k, &stats(10.0, 2.0, 10.0), 2), Knobs { threads: 2, prefetch: 3 });
-        let k = Knobs { threads: 2, prefetch: MAX_PREFETCH };
+        let k = Knobs {
+            threads: 2,
+            prefetch: 2,
+        };
+        assert_eq!(
+            next(k, &stats(10.0, 2.0, 10.0), 2),
+            Knobs {
+                threads: 2,
+                prefetch: 3
+            }
+        );
+        let k = Knobs {
+            threads: 2,
+            prefetch: MAX_PREFETCH,
+        };
         assert_eq!(next(k, &stats(10.0, 2.0, 10.0), 2), k);
     }
 
     #[test]
     fn slow_consumer_gives_back_cpu_and_memory() {
-        let k = Knobs { threads: 2, prefetch: 3 };
-        assert_eq!(next(k, &stats(10.0, 0.1, 6.0), 2), Knobs { threads: 1, prefetch: 2 });
-        let k = Knobs { threads: 1, prefetch: 1 };
+        let k = Knobs {
+            threads: 2,
+            prefetch: 3,
+        };
+        assert_eq!(
+            next(k, &stats(10.0, 0.1, 6.0), 2),
+            Knobs {
+                threads: 1,
+                prefetch: 2
+            }
+        );
+        let k = Knobs {
+            threads: 1,
+            prefetch: 1,
+        };
         assert_eq!(next(k, &stats(10.0, 0.1, 1.0), 2), k);
         // In between: unchanged.
-        let k = Knobs { threads: 2, prefetch: 2 };
+        let k = Knobs {
+            threads: 2,
+            prefetch: 2,
+        };
         assert_eq!(next(k, &stats(10.0, 0.5, 15.0), 2), k);
     }
 }
