@@ -134,7 +134,13 @@ impl Header {
             count: u64_at(44),
             fingerprint: b[60..76].try_into().expect("16 bytes"),
         };
-        if u64_at(52) != h.record_len() {
+        // Checked: a file with a valid checksum may still claim any height and width.
+        let record_len = u64::from(h.height)
+            .checked_mul(u64::from(h.width))
+            .and_then(|p| p.checked_mul(3))
+            .and_then(|s| s.checked_add(RECORD_HEADER_LEN as u64))
+            .filter(|&r| usize::try_from(r).is_ok());
+        if record_len != Some(u64_at(52)) {
             return Err("record length does not match the sample shape".into());
         }
         Ok(h)
@@ -313,6 +319,33 @@ mod tests {
             assert!(Header::decode(&bad).is_err(), "flip at {at} not detected");
         }
         assert!(Header::decode(&enc[..50]).is_err());
+    }
+
+    /// Found by `fuzz/` (target `cache`): a header with a valid checksum whose height × width
+    /// × 3 overflows panicked in `Header::decode` (debug builds) instead of being refused.
+    #[test]
+    fn issue_6_fuzz_cache_header_shape_overflow() {
+        for (height, width) in [
+            (u32::MAX, u32::MAX),
+            (0xffff_effe, u32::MAX),
+            (u32::MAX, 0x6000_0000), // overflows only when multiplied by 3
+        ] {
+            let mut enc = header().encode();
+            enc[16..20].copy_from_slice(&height.to_le_bytes());
+            enc[20..24].copy_from_slice(&width.to_le_bytes());
+            let wrapped = u64::from(height)
+                .wrapping_mul(u64::from(width))
+                .wrapping_mul(3);
+            enc[52..60]
+                .copy_from_slice(&wrapped.wrapping_add(RECORD_HEADER_LEN as u64).to_le_bytes());
+            let sum = xxh3_64(&enc[..76]);
+            enc[76..84].copy_from_slice(&sum.to_le_bytes());
+            assert_eq!(
+                Header::decode(&enc),
+                Err("record length does not match the sample shape".to_string()),
+                "{height}x{width}"
+            );
+        }
     }
 
     #[test]
