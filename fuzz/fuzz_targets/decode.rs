@@ -1,0 +1,23 @@
+//! Arbitrary bytes through decode + EXIF orientation + resize + normalize.
+//!
+//! The first byte selects the variant, the rest is the file:
+//! - `sel % 3`: the file name, `x.jpg`, `x.png` or `x` (the extension check matters);
+//! - `(sel / 3) % 2`: the JPEG decoder, 0 = auto (libjpeg-turbo), 1 = zune-jpeg;
+//! - `sel / 6`: the output size, `1 + 6 * (sel / 6)` (1..=253).
+//!
+//! Seeds are real files with a selector byte in front (see `setup_corpus.sh`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+const NAMES: [&str; 3] = ["x.jpg", "x.png", "x"];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, bytes)) = data.split_first() else {
+        return;
+    };
+    let name = NAMES[usize::from(sel % 3)];
+    let zune = (sel / 3) % 2 == 1;
+    let size = 1 + 6 * u32::from(sel / 6);
+    let _ = imagefeed::fuzzing::decode_transform(bytes, name, size, zune);
+});
