@@ -47,6 +47,7 @@ pub struct Loader {
     cache: Option<Arc<Cache>>,
     normalize_pool: std::sync::OnceLock<Option<Arc<rayon::ThreadPool>>>,
     knobs: Arc<Mutex<Knobs>>,
+    pools: crate::pipeline::Pools,
 }
 
 impl Loader {
@@ -66,6 +67,7 @@ impl Loader {
             threads: cfg.threads(),
             prefetch: cfg.prefetch,
         }));
+        let pools = crate::pipeline::Pools::new(&cfg);
         Loader {
             source,
             cfg,
@@ -76,6 +78,7 @@ impl Loader {
             cache,
             normalize_pool: std::sync::OnceLock::new(),
             knobs,
+            pools,
         }
     }
 
@@ -140,6 +143,7 @@ impl Loader {
             self.cache.clone(),
             self.normalize_pool(),
             self.staging.clone(),
+            &self.pools,
             *self.knobs.lock().unwrap_or_else(|e| e.into_inner()),
             epoch,
             position,

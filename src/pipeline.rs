@@ -141,6 +141,32 @@ pub(crate) struct EpochShared {
     plan: Vec<u32>,
     window: Arc<Window>,
     samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    batch_pool: (Sender<BatchParts>, Receiver<BatchParts>),
+    decoders: Arc<Mutex<Vec<Decoder>>>,
+}
+
+/// Buffers recycled across all epochs of a loader: `u8` sample buffers and batch buffers.
+/// Keeping them in the loader (instead of one set per epoch) means later epochs allocate
+/// nothing, and the process's memory stays flat over many epochs.
+#[derive(Debug, Clone)]
+pub(crate) struct Pools {
+    samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    batches: (Sender<BatchParts>, Receiver<BatchParts>),
+    /// Per-thread decoders (buffers, libjpeg-turbo handles) between epochs.
+    decoders: Arc<Mutex<Vec<Decoder>>>,
+}
+
+impl Pools {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        Pools {
+            // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
+            samples: bounded(cfg.reorder_window() + cfg.shuffle_buffer + cfg.batch_size + 2),
+            // Room for every batch in circulation (queue, consumer, batcher), so a returned
+            // batch is never freed and a new one never allocated in steady state.
+            batches: bounded(cfg.max_prefetch() + 2),
+            decoders: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
 }
 
 /// A loaded sample (or its error), tagged with its plan position.
@@ -217,6 +243,7 @@ pub(crate) fn start(
     cache: Option<Arc<Cache>>,
     normalize_pool: Option<Arc<rayon::ThreadPool>>,
     staging: Staging,
+    pools: &Pools,
     knobs: crate::tune::Knobs,
     epoch: u64,
     start_at: usize,
@@ -252,7 +279,9 @@ pub(crate) fn start(
     );
     let shared = Arc::new(EpochShared {
         // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
-        samples: bounded(window_size + cfg.shuffle_buffer + cfg.batch_size + 2),
+        samples: pools.samples.clone(),
+        batch_pool: pools.batches.clone(),
+        decoders: pools.decoders.clone(),
         cfg: cfg.clone(),
         source,
         stats,
@@ -308,7 +337,13 @@ pub(crate) fn start(
 fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
     let cfg = &shared.cfg;
     let geom = cfg.geometry();
-    let mut decoder = Decoder::new(cfg.decode_settings());
+    // A decoder (with its grown buffers) from an earlier epoch, so later epochs allocate nothing.
+    let mut decoder = shared
+        .decoders
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop()
+        .unwrap_or_else(|| Decoder::new(cfg.decode_settings()));
     let mut path = PathBuf::new();
     let sample_len = geom.sample_len();
     loop {
@@ -351,6 +386,11 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
         }
         add(&shared.stats.decode_wait_ns, waited.elapsed());
     }
+    shared
+        .decoders
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(decoder);
 }
 
 /// Loads one sample into `buf`: from a complete cache, or by decoding (and then recording it
@@ -556,7 +596,7 @@ fn batch_loop_inner(
         format,
         // Room for every batch in circulation (queue, consumer, batcher), so a returned batch
         // is never freed and a new one never allocated in steady state.
-        pool: bounded(cfg.max_prefetch() + 2),
+        pool: shared.batch_pool.clone(),
         out,
         position: shared.offset as u64,
     };

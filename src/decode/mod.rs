@@ -124,6 +124,15 @@ fn fail(path: &Path, msg: impl Into<String>) -> Error {
     Error::decode(path, DecodeFailure(msg.into()))
 }
 
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("file_capacity", &self.file.capacity())
+            .field("rgb_capacity", &self.rgb.capacity())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Decoder {
     pub(crate) fn new(settings: DecodeSettings) -> Self {
         Decoder {
