@@ -234,6 +234,16 @@ impl Config {
     pub(crate) fn reorder_window(&self) -> usize {
         (self.max_threads() * 8).max(16)
     }
+    /// The shape and type of this loader's batches.
+    pub(crate) fn batch_format(&self) -> crate::batch::BatchFormat {
+        crate::batch::BatchFormat {
+            batch_size: self.batch_size,
+            height: self.height as usize,
+            width: self.width as usize,
+            dtype: self.dtype,
+            layout: self.layout,
+        }
+    }
     pub(crate) fn sample_len(&self) -> usize {
         self.geometry().sample_len()
     }

@@ -364,13 +364,14 @@ fn floor(
                 "{}",
                 serde_json::json!({
                     "psnr_images": q.images, "psnr_scaled_images": q.scaled_images,
-                    "mean_psnr_db": q.mean_psnr_db, "min_psnr_db": q.min_psnr_db,
+                    "mean_psnr_db": q.mean_psnr_db, "mean_scaled_psnr_db": q.mean_scaled_psnr_db,
+                    "min_psnr_db": q.min_psnr_db,
                 })
             );
         } else {
             println!(
-                "DCT scaling quality: mean PSNR {:.1} dB (lowest {:.1} dB) over {} images ({} differ) against full decode + the same resize",
-                q.mean_psnr_db, q.min_psnr_db, q.images, q.scaled_images
+                "DCT scaling quality: mean PSNR {:.1} dB over the {} of {} images whose output differs (lowest {:.1} dB; {:.1} dB counting identical ones as 99) against full decode + the same resize",
+                q.mean_scaled_psnr_db, q.scaled_images, q.images, q.min_psnr_db, q.mean_psnr_db
             );
         }
     }

@@ -579,13 +579,7 @@ fn batch_loop_inner(
     out: &Sender<Result<Batch, Error>>,
 ) -> Result<(), Error> {
     let cfg = &shared.cfg;
-    let format = BatchFormat {
-        batch_size: cfg.batch_size,
-        height: cfg.height as usize,
-        width: cfg.width as usize,
-        dtype: cfg.dtype,
-        layout: cfg.layout,
-    };
+    let format = cfg.batch_format();
     let mut sink = Sink {
         shared,
         batcher: Batcher::new(

@@ -52,7 +52,7 @@ for r in cached[1:]:
 print(f"decode floor, full size   {fl[False]['images_per_sec']:8.0f} images/s")
 print(f"decode floor, DCT-scaled  {fl[True]['images_per_sec']:8.0f} images/s")
 if q:
-    print(f"DCT scaling quality: mean PSNR {q[0]['mean_psnr_db']:.1f} dB, lowest {q[0]['min_psnr_db']:.1f} dB")
+    print(f"DCT scaling quality: mean PSNR {q[0]['mean_scaled_psnr_db']:.1f} dB over the images it changes, lowest {q[0]['min_psnr_db']:.1f} dB")
 print(f"ratio imagefeed cold / DCT-scaled floor: {ic['images_per_sec'] / fl[True]['images_per_sec']:.2f}")
 if tf:
     t = tf[0]

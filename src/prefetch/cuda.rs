@@ -321,13 +321,7 @@ impl CudaStaging {
     }
 
     fn open_in(cfg: &Config, ordinal: usize, ctx: Arc<CudaContext>) -> Result<Self, Error> {
-        let format = BatchFormat {
-            batch_size: cfg.batch_size,
-            height: cfg.height as usize,
-            width: cfg.width as usize,
-            dtype: cfg.dtype,
-            layout: cfg.layout,
-        };
+        let format = cfg.batch_format();
         let u8_batch = cfg.batch_elems();
         let out_batch = u8_batch * cfg.dtype.size();
         let direct = cfg.dtype == Dtype::U8 && cfg.layout == Layout::Nhwc;
