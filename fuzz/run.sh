@@ -3,7 +3,7 @@
 # (default 600), with one job and one worker, at nice 19. AddressSanitizer is on (the cargo
 # fuzz default); SANITIZER=none turns it off.
 #
-#   fuzz/run.sh            # decode, list, cache: 600 s each
+#   fuzz/run.sh            # decode, list, cache, tar: 600 s each
 #   fuzz/run.sh 60 list    # only `list`, 60 s
 #
 # Logs: fuzz/logs/<target>.log (libFuzzer's output) and fuzz/logs/<target>.build (cargo's).
@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 secs=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(decode list cache)
+[ ${#targets[@]} -eq 0 ] && targets=(decode list cache tar)
 sanitizer=${SANITIZER:-address}
 export RUSTC_BOOTSTRAP=1
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 root=..
-mkdir -p corpus/decode corpus/list corpus/cache
+mkdir -p corpus/decode corpus/list corpus/cache corpus/tar
 
 # decode: the first byte selects name / decoder / size (see fuzz_targets/decode.rs):
 #   60 = x.jpg, auto (libjpeg-turbo), 61x61    63 = x.jpg, zune-jpeg, 61x61
@@ -30,4 +30,8 @@ cp seeds/list/* corpus/list/
 # cache: real cache files written by `imagefeed bench --cache` (see README.md).
 cp seeds/cache/* corpus/cache/
 
-echo "corpus: decode $(ls corpus/decode | wc -l), list $(ls corpus/list | wc -l), cache $(ls corpus/cache | wc -l) files"
+# tar: small hand-written shards (labeled, unlabeled, PAX long names, GNU, extra members).
+cp seeds/tar/* corpus/tar/
+
+echo "corpus: tar $(ls corpus/tar | wc -l), decode $(ls corpus/decode | wc -l), list $(ls corpus/list | wc -l), cache $(ls corpus/cache | wc -l) files"
+

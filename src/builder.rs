@@ -63,7 +63,9 @@ pub struct LoaderState {
     pub seed: u64,
     /// The epoch.
     pub epoch: u64,
-    /// Samples of this rank's epoch plan consumed (skipped ones included).
+    /// Samples of this rank's epoch plan consumed (skipped ones included); for tar shards with
+    /// a shuffle buffer, the buffer's outputs (skipped ones included): resuming replays the
+    /// buffer over sample indices and loads what it held again.
     pub position: u64,
     /// The rank.
     pub rank: usize,
@@ -121,6 +123,9 @@ pub(crate) struct Config {
     pub(crate) std: [f32; 3],
     pub(crate) shuffle: bool,
     pub(crate) shuffle_buffer: usize,
+    /// The source is read in order (tar shards): the shuffle buffer holds decoded samples.
+    /// Otherwise it shuffles sample indices before decoding.
+    pub(crate) sequential_source: bool,
     pub(crate) seed: u64,
     pub(crate) decode_threads: usize,
     pub(crate) autotune: bool,
@@ -160,6 +165,7 @@ impl Default for Config {
             std: [1.0; 3],
             shuffle: true,
             shuffle_buffer: 0,
+            sequential_source: false,
             seed: 0,
             decode_threads: 0,
             autotune: false,
@@ -231,6 +237,15 @@ impl Config {
     }
     /// Samples decoded ahead of the one the batcher waits for: lets threads pass a slow image
     /// without breaking the deterministic order.
+    /// Decoded samples the shuffle buffer holds: `shuffle_buffer` for a source read in order,
+    /// 0 for the others (their buffer shuffles indices before decoding).
+    pub(crate) fn sample_shuffle_buffer(&self) -> usize {
+        if self.sequential_source {
+            self.shuffle_buffer
+        } else {
+            0
+        }
+    }
     pub(crate) fn reorder_window(&self) -> usize {
         (self.max_threads() * 8).max(16)
     }
@@ -289,6 +304,9 @@ pub struct MemoryBudget {
     /// consumer holds; for a GPU, also `prefetch + 2` pinned staging buffers of one batch each
     /// (`u8` when the GPU normalizes).
     pub batch_bytes: u64,
+    /// Encoded bytes fetched ahead of the decoders, for tar shards and object storage (0 for
+    /// local files, which each decode thread reads itself): the fetch stage's byte bound.
+    pub fetch_bytes: u64,
 }
 
 impl MemoryBudget {
@@ -300,6 +318,7 @@ impl MemoryBudget {
             + self.decode_scratch_bytes
             + self.large_image_bytes
             + self.batch_bytes
+            + self.fetch_bytes
     }
 
     pub(crate) fn compute(cfg: &Config, source: &Source) -> MemoryBudget {
@@ -310,11 +329,12 @@ impl MemoryBudget {
         MemoryBudget {
             index_bytes: source.heap_bytes() + n * 4,
             in_flight_bytes: (cfg.reorder_window() + cfg.batch_size + 2) as u64 * sample,
-            shuffle_buffer_bytes: cfg.shuffle_buffer as u64 * sample,
+            shuffle_buffer_bytes: cfg.sample_shuffle_buffer() as u64 * sample,
             decode_scratch_bytes: threads * (RETAIN_BYTES + SMALL_DECODE_BYTES + sample),
             large_image_bytes: cfg.max_pixels * LARGE_BYTES_PER_PIXEL
                 + cfg.decode_settings().max_file_bytes(),
             batch_bytes: (cfg.max_prefetch() as u64 + 3) * batch + pinned_bytes(cfg),
+            fetch_bytes: crate::fetch::byte_bound(source).unwrap_or(0),
         }
     }
 }
@@ -340,7 +360,11 @@ impl fmt::Display for MemoryBudget {
             mb(self.decode_scratch_bytes),
             mb(self.large_image_bytes),
             mb(self.index_bytes)
-        )
+        )?;
+        if self.fetch_bytes > 0 {
+            write!(f, " + fetched bytes {:.1}", mb(self.fetch_bytes))?;
+        }
+        Ok(())
     }
 }
 
@@ -369,10 +393,11 @@ pub struct LoaderBuilder {
 
 impl LoaderBuilder {
     pub(crate) fn new(source: Source) -> Self {
-        LoaderBuilder {
-            source,
-            cfg: Config::default(),
-        }
+        let cfg = Config {
+            sequential_source: source.kind() == crate::SourceKind::TarShards,
+            ..Config::default()
+        };
+        LoaderBuilder { source, cfg }
     }
 
     /// Images per batch (default 64). Memory: each batch is `batch_size` × height × width × 3
@@ -431,8 +456,14 @@ impl LoaderBuilder {
         self
     }
 
-    /// A tf.data-style bounded shuffle buffer after decoding (default 0, off: the permutation
-    /// already is a perfect shuffle). Memory: `n` × one `u8` sample (76.8 kB at 160 × 160).
+    /// A tf.data-style bounded shuffle buffer of `n` samples (default 0, off: the permutation
+    /// already is a perfect shuffle).
+    ///
+    /// For sources read by random access (files, objects) the buffer shuffles sample indices
+    /// before decoding, as tf.data's `shuffle(n)` placed before `map(decode)` shuffles file
+    /// names: the same orders, 4 bytes a slot, and resumable. For tar shards, which are read in
+    /// order, it holds decoded `u8` samples after decoding, mixing samples across shards:
+    /// memory `n` × one sample (76.8 kB at 160 × 160), counted in the memory budget.
     pub fn shuffle_buffer(mut self, n: usize) -> Self {
         self.cfg.shuffle_buffer = n;
         self
@@ -832,8 +863,18 @@ mod tests {
         let more = LoaderBuilder::new(source())
             .shuffle_buffer(1000)
             .memory_budget();
+        // Files: the buffer shuffles indices before decoding, no sample is held.
+        assert_eq!(more.shuffle_buffer_bytes, base.shuffle_buffer_bytes);
+        let mut cfg = Config {
+            shuffle_buffer: 1000,
+            sequential_source: true,
+            ..Config::default()
+        };
+        let shards = MemoryBudget::compute(&cfg, &source());
+        cfg.shuffle_buffer = 0;
+        let none = MemoryBudget::compute(&cfg, &source());
         assert_eq!(
-            more.shuffle_buffer_bytes - base.shuffle_buffer_bytes,
+            shards.shuffle_buffer_bytes - none.shuffle_buffer_bytes,
             1000 * 76_800
         );
         let half = LoaderBuilder::new(source())

@@ -34,6 +34,16 @@ pub enum ErrorKind {
         /// What is wrong with it.
         source: BoxError,
     },
+    /// Object storage failed after its retries: the store is unreachable, stopped answering or
+    /// keeps failing. Not a bad sample (the next ones would fail the same way), so the epoch
+    /// ends even under [`OnError::Skip`]. A missing object or denied access is an
+    /// [`ErrorKind::Io`] naming the object instead.
+    Remote {
+        /// The object (`s3://bucket/key`, or `…/shard.tar[member]`).
+        path: PathBuf,
+        /// What the client reported.
+        source: std::io::Error,
+    },
     /// A line of a file list could not be parsed.
     List {
         /// The list file.
@@ -133,7 +143,8 @@ impl Error {
             | ErrorKind::Decode { path, .. }
             | ErrorKind::List { path, .. }
             | ErrorKind::Source { path, .. }
-            | ErrorKind::CorruptCache { path, .. } => Some(path),
+            | ErrorKind::CorruptCache { path, .. }
+            | ErrorKind::Remote { path, .. } => Some(path),
             ErrorKind::TooManyFailures { last, .. } => last.path(),
             ErrorKind::WorkerPanicked { path, .. } => path.as_deref(),
             _ => None,
@@ -156,6 +167,13 @@ impl Error {
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::new(ErrorKind::Io {
+            path: path.into(),
+            source,
+        })
+    }
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn remote(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::new(ErrorKind::Remote {
             path: path.into(),
             source,
         })
@@ -224,6 +242,11 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.0 {
             ErrorKind::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            ErrorKind::Remote { path, source } => write!(
+                f,
+                "{}: object storage failed after retries: {source}",
+                path.display()
+            ),
             ErrorKind::Decode { path, source } => {
                 write!(f, "{}: cannot decode image: {source}", path.display())
             }
@@ -274,7 +297,7 @@ impl fmt::Debug for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &*self.0 {
-            ErrorKind::Io { source, .. } => Some(source),
+            ErrorKind::Io { source, .. } | ErrorKind::Remote { source, .. } => Some(source),
             ErrorKind::Decode { source, .. } => Some(&**source),
             ErrorKind::Device(source) => Some(&**source),
             ErrorKind::TooManyFailures { last, .. } => Some(last),

@@ -52,6 +52,12 @@ pub fn parse_list(bytes: &[u8]) -> Option<usize> {
         .map(|i| i.len())
 }
 
+/// Indexes `bytes` as a WebDataset tar shard, as opening a shard does (headers, `.cls` labels,
+/// bounds against the shard's size). Returns the number of samples, or `None` for an error.
+pub fn index_tar(bytes: &[u8]) -> Option<usize> {
+    crate::shards::index_bytes(bytes).ok()
+}
+
 /// Parses `bytes` as a cache header and reads every record it claims, as the cache reader
 /// does. Returns the number of records that decoded.
 pub fn read_cache(bytes: &[u8]) -> usize {

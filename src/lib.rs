@@ -63,6 +63,7 @@ mod cache;
 pub mod corpus;
 mod decode;
 mod error;
+mod fetch;
 pub mod floor;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -72,7 +73,10 @@ mod loader;
 mod pipeline;
 mod prefetch;
 pub mod procinfo;
+#[cfg(feature = "remote")]
+mod remote;
 mod rng;
+mod shards;
 mod shuffle;
 mod source;
 mod stats;
@@ -84,7 +88,8 @@ pub use builder::{CachePolicy, Device, LoaderBuilder, LoaderState, MemoryBudget,
 pub use decode::JpegDecoder;
 pub use error::{BoxError, Error, ErrorKind, OnError};
 pub use loader::{Batches, Loader};
-pub use source::Source;
+pub use shards::{write_shards, ShardsWritten};
+pub use source::{RemoteOptions, Source, SourceKind};
 pub use stats::Stats;
 pub use transform::{Dtype, Layout, ResizeMode};
 

@@ -107,8 +107,6 @@ impl Loader {
                 "the state is for rank {} of {}, the loader is rank {} of {}",
                 state.rank, state.world_size, cfg.rank, cfg.world_size
             ))
-        } else if cfg.shuffle_buffer > 0 {
-            Some("resuming needs shuffle_buffer(0): the buffer's contents are not saved".into())
         } else {
             None
         };

@@ -9,7 +9,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand, ValueEnum};
 use imagefeed::{
     procinfo, Device, Dtype, JpegDecoder, Layout, Loader, LoaderState, OnError, ShardPadding,
-    Source,
+    Source, SourceKind,
 };
 use std::io::Write as _;
 
@@ -26,7 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Benchmark the loader on a file list or a folder of class folders.
+    /// Benchmark the loader on a file list, a folder of class folders, tar shards (a folder of
+    /// .tar files) or a URL (s3://bucket/prefix, with credentials and endpoint from AWS_*).
     Bench(Box<BenchArgs>),
     /// What the loader sees of the GPUs: driver, devices, free and total memory, pinned
     /// allocation, the normalize kernel. Exits 1 without the `cuda` feature, a driver or a GPU.
@@ -52,6 +53,24 @@ enum Command {
         /// Seed (the same seed writes the same files).
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// Write a source (list, class folders, URL) as WebDataset tar shards: shard-000000.tar, …
+    /// with KEY.jpg and KEY.cls members, KEY being the source's sample index.
+    Shards {
+        /// A file list, a folder of class folders, or a URL.
+        source: PathBuf,
+        /// Output folder (created; must not hold shards already).
+        out_dir: PathBuf,
+        /// Samples per shard.
+        #[arg(long, default_value_t = 1000)]
+        shard_size: usize,
+        /// Seed of the order samples are written in.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write samples in source order (class folders stay grouped: a shuffle buffer then
+        /// mixes poorly).
+        #[arg(long)]
+        no_shuffle: bool,
     },
     /// Decode-only throughput of the loader's JPEG decoder: the floor the pipeline approaches.
     Floor {
@@ -88,9 +107,10 @@ struct BenchArgs {
     /// Decode threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Bounded shuffle buffer, in samples (0: off; the permutation already shuffles).
-    #[arg(long, default_value_t = 0)]
-    shuffle_buffer: usize,
+    /// Bounded shuffle buffer, in samples (default: 0 for files, whose permutation already
+    /// shuffles; 1000 for tar shards, read in order within each shard).
+    #[arg(long)]
+    shuffle_buffer: Option<usize>,
     /// Ready batches queued ahead of the consumer.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
@@ -238,6 +258,13 @@ fn main() -> ExitCode {
             count,
             seed,
         }) => corpus(&out_dir, count, seed),
+        Some(Command::Shards {
+            source,
+            out_dir,
+            shard_size,
+            seed,
+            no_shuffle,
+        }) => shards(&source, &out_dir, shard_size, (!no_shuffle).then_some(seed)),
         Some(Command::Floor {
             source,
             threads,
@@ -378,8 +405,37 @@ fn floor(
     Ok(())
 }
 
+fn shards(
+    source: &std::path::Path,
+    out_dir: &std::path::Path,
+    shard_size: usize,
+    seed: Option<u64>,
+) -> Result<(), AnyError> {
+    let source = Source::open(source)?;
+    let start = Instant::now();
+    let written = imagefeed::write_shards(&source, out_dir, shard_size, seed)?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "wrote {} samples ({:.1} MB of images) into {} shard(s) in {}, {:.1} s ({})",
+        written.samples,
+        written.bytes as f64 / 1e6,
+        written.shards.len(),
+        out_dir.display(),
+        secs,
+        match seed {
+            Some(s) => format!("shuffled with seed {s}"),
+            None => "source order".into(),
+        }
+    );
+    Ok(())
+}
+
 fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     let source = Source::open(&a.source)?;
+    let default_shuffle_buffer = match source.kind() {
+        SourceKind::TarShards => 1000,
+        _ => 0,
+    };
     let on_error = match a.on_error {
         OnErrorArg::Fail => OnError::Fail,
         OnErrorArg::Skip => OnError::Skip {
@@ -389,7 +445,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     let mut builder = Loader::builder(source)
         .batch_size(a.batch_size)
         .decode_threads(a.threads)
-        .shuffle_buffer(a.shuffle_buffer)
+        .shuffle_buffer(a.shuffle_buffer.unwrap_or(default_shuffle_buffer))
         .shuffle(!a.no_shuffle)
         .prefetch(a.prefetch)
         .autotune(a.autotune)
@@ -660,7 +716,7 @@ impl AnonSampler {
                 let mut peak = 0;
                 while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                     peak = peak.max(procinfo::anon_rss_bytes().unwrap_or(0));
-                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 peak.max(procinfo::anon_rss_bytes().unwrap_or(0))
             })

@@ -26,7 +26,8 @@
 //!   window's cancel flag, so a drop never hangs), copies the `u8` samples into its pinned
 //!   buffer, and queues the copy to the GPU before sending the batch. The `Batch` returns the
 //!   slot when dropped. `prefetch/mod.rs` has the two fences that guard reuse.
-//! - **Memory**: `window + shuffle_buffer + 2` samples, `prefetch + 3` batches (queue, one being
+//! - **Memory**: `window + shuffle_buffer + 2` samples (the shuffle buffer holds samples only
+//!   for tar shards; for random-access sources it reorders the plan's indices), `prefetch + 3` batches (queue, one being
 //!   filled, one spare, one held by the consumer), per-thread decode buffers and one large
 //!   image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them up.
 //! - **Shutdown**: dropping [`Batches`](crate::Batches) cancels the window (waking waiting
@@ -47,10 +48,11 @@ use crate::builder::{CachePolicy, Config, ShardPadding};
 use crate::cache::{Cache, CachedSample, EpochCache};
 use crate::decode::{Decoder, LargeGate};
 use crate::error::{DecodeFailure, Error, ErrorKind, OnError};
+use crate::fetch::{fetch_loop, ByteBudget, Fetched};
 use crate::prefetch::Staging;
 use crate::rng::{self, Rng};
 use crate::shuffle::ShuffleBuffer;
-use crate::source::Source;
+use crate::source::{Backing, Source};
 use crate::stats::{add, StatsCell};
 use crate::transform::Normalizer;
 
@@ -85,7 +87,7 @@ impl Window {
     }
 
     /// The next position to load, or `None` when the plan is done or the epoch cancelled.
-    fn claim(&self) -> Option<usize> {
+    pub(crate) fn claim(&self) -> Option<usize> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if s.cancelled || s.next >= self.total {
@@ -107,6 +109,20 @@ impl Window {
         self.moved.notify_all();
     }
 
+    /// Like [`Window::claim`] without waiting.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn try_claim(&self) -> TryClaim {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.cancelled || s.next >= self.total {
+            TryClaim::Done
+        } else if s.next < s.released + self.size {
+            s.next += 1;
+            TryClaim::Got(s.next - 1)
+        } else {
+            TryClaim::Full
+        }
+    }
+
     pub(crate) fn cancel(&self) {
         self.state
             .lock()
@@ -115,12 +131,22 @@ impl Window {
         self.moved.notify_all();
     }
 
-    fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .cancelled
     }
+}
+
+/// What [`Window::try_claim`] found.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) enum TryClaim {
+    Got(usize),
+    /// The window is full: wait for the batcher.
+    Full,
+    /// The plan is done or the epoch cancelled.
+    Done,
 }
 
 /// What one epoch's threads share.
@@ -134,12 +160,16 @@ pub(crate) struct EpochShared {
     normalize_pool: Option<Arc<rayon::ThreadPool>>,
     /// Where full batches go: host memory or a device's slot ring.
     staging: Staging,
-    /// Plan positions already delivered before this run (resumption).
+    /// Plan positions already delivered before this run (resumption); with a sample shuffle
+    /// buffer, its outputs already delivered.
     offset: usize,
+    /// With a sample shuffle buffer, on resumption: the buffer's generator as it was at the cut
+    /// (the plan then starts with the `refill` samples it held).
+    buffer_rng: Mutex<Option<Rng>>,
     cache: Option<Arc<Cache>>,
-    cache_mode: EpochCache,
-    plan: Vec<u32>,
-    window: Arc<Window>,
+    pub(crate) cache_mode: EpochCache,
+    pub(crate) plan: Vec<u32>,
+    pub(crate) window: Arc<Window>,
     samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
     batch_pool: (Sender<BatchParts>, Receiver<BatchParts>),
     decoders: Arc<Mutex<Vec<Decoder>>>,
@@ -160,7 +190,9 @@ impl Pools {
     pub(crate) fn new(cfg: &Config) -> Self {
         Pools {
             // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
-            samples: bounded(cfg.reorder_window() + cfg.shuffle_buffer + cfg.batch_size + 2),
+            samples: bounded(
+                cfg.reorder_window() + cfg.sample_shuffle_buffer() + cfg.batch_size + 2,
+            ),
             // Room for every batch in circulation (queue, consumer, batcher), so a returned
             // batch is never freed and a new one never allocated in steady state.
             batches: bounded(cfg.max_prefetch() + 2),
@@ -187,22 +219,75 @@ pub(crate) struct Running {
 /// whole source (or file order), of which rank `r` of `w` takes positions `r, r + w, r + 2w, …`
 /// (as PyTorch's `DistributedSampler`), padded or cut per [`ShardPadding`] so that every rank
 /// delivers the same number of batches.
-pub(crate) fn plan(cfg: &Config, len: usize, epoch: u64) -> Vec<u32> {
+///
+/// Tar shards are read as streams, so their order is the shards in a seeded order (or in
+/// order), each shard's samples in member order; rank `r` then takes a contiguous block of that
+/// order (the same number of samples as the strided split), so that it reads about `1/w` of
+/// the shards, front to back.
+pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
+    let len = source.len();
     let n = len as u32;
-    let order: Vec<u32> = if cfg.shuffle {
+    let shuffled = |n: u32| {
         rng::permutation(
             n,
             &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION),
         )
-    } else {
-        (0..n).collect()
+    };
+    let (order, contiguous): (Vec<u32>, bool) = match &source.backing {
+        Backing::Tar(tar) => {
+            let shards: Vec<u32> = if cfg.shuffle {
+                shuffled(tar.shards.len() as u32)
+            } else {
+                (0..tar.shards.len() as u32).collect()
+            };
+            let mut order = Vec::with_capacity(len);
+            for k in shards {
+                let s = &tar.shards[k as usize];
+                order.extend(s.first..s.first + s.count);
+            }
+            (order, true)
+        }
+        _ if cfg.shuffle => (shuffled(n), false),
+        _ => ((0..n).collect(), false),
     };
     let (rank, world) = (cfg.rank, cfg.world_size);
-    if world <= 1 || len == 0 {
-        return order;
+    let share = if world <= 1 || len == 0 {
+        order
+    } else {
+        let count = share_len(cfg, len);
+        let (start, step) = if contiguous {
+            (rank * (len / world) + rank.min(len % world), 1)
+        } else {
+            (rank, world)
+        };
+        (0..count)
+            .map(|k| order[(start + k * step) % len])
+            .collect()
+    };
+    if contiguous || cfg.shuffle_buffer == 0 {
+        return share;
     }
+    // Random-access sources: the shuffle buffer reorders indices before decoding (tf.data's
+    // `shuffle` before `map`), so it holds no sample.
+    let mut buffer = ShuffleBuffer::new(
+        cfg.shuffle_buffer,
+        Rng::for_stage(cfg.seed, epoch, rng::STAGE_SHUFFLE_BUFFER),
+    );
+    let mut out = Vec::with_capacity(share.len());
+    for i in share {
+        out.extend(buffer.push(i));
+    }
+    while let Some(i) = buffer.drain_one() {
+        out.push(i);
+    }
+    out
+}
+
+/// How many samples one rank's plan holds (see [`plan`]).
+fn share_len(cfg: &Config, len: usize) -> usize {
+    let (rank, world) = (cfg.rank, cfg.world_size);
     let own = (len - rank).div_ceil(world); // this rank's disjoint share
-    let count = match cfg.shard_padding {
+    match cfg.shard_padding {
         ShardPadding::Repeat => len.div_ceil(world),
         ShardPadding::Drop => len / world,
         ShardPadding::EqualBatches => {
@@ -220,17 +305,50 @@ pub(crate) fn plan(cfg: &Config, len: usize, epoch: u64) -> Vec<u32> {
                 own
             }
         }
-    };
-    (0..count)
-        .map(|k| order[(rank + k * world) % len])
-        .collect()
+    }
+}
+
+/// With a sample shuffle buffer: its state after `emitted` outputs over `plan` (each plan
+/// sample pushed once, failed ones as placeholders, so this does not depend on which failed):
+/// the plan samples pushed, the samples held (slot order) and the generator.
+fn replay_buffer(
+    cfg: &Config,
+    plan: &[u32],
+    epoch: u64,
+    emitted: usize,
+) -> Result<(usize, Vec<u32>, Rng), Error> {
+    let mut buffer = ShuffleBuffer::new(
+        cfg.sample_shuffle_buffer(),
+        Rng::for_stage(cfg.seed, epoch, rng::STAGE_SHUFFLE_BUFFER),
+    );
+    let (mut out, mut pushed) = (0usize, 0usize);
+    while out < emitted {
+        if pushed < plan.len() {
+            out += usize::from(buffer.push(plan[pushed]).is_some());
+            pushed += 1;
+        } else if buffer.drain_one().is_some() {
+            out += 1;
+        } else {
+            return Err(Error::config(
+                "resume",
+                format!(
+                    "position {emitted} is past the epoch's {} samples",
+                    plan.len()
+                ),
+            ));
+        }
+    }
+    let (held, rng) = buffer.into_parts();
+    Ok((pushed, held, rng))
 }
 
 /// The length of [`plan`] without building it.
 pub(crate) fn plan_len(cfg: &Config, len: usize) -> usize {
-    let mut c = cfg.clone();
-    c.shuffle = false;
-    plan(&c, len, 0).len()
+    if cfg.world_size <= 1 || len == 0 {
+        len
+    } else {
+        share_len(cfg, len)
+    }
 }
 
 /// Starts the threads of one epoch.
@@ -254,17 +372,28 @@ pub(crate) fn start(
         Some(c) => c.begin_epoch()?,
         None => EpochCache::Off,
     };
-    let mut plan = plan(&cfg, source.len(), epoch);
-    if start_at > plan.len() {
-        return Err(Error::config(
-            "resume",
-            format!(
-                "position {start_at} is past the epoch's {} samples",
-                plan.len()
-            ),
-        ));
+    let mut plan = plan(&cfg, &source, epoch);
+    let mut buffer_rng = None;
+    if cfg.sample_shuffle_buffer() > 0 && start_at > 0 {
+        // The buffer's contents are not in the state: replay it over the plan's indices to
+        // find what it held at the cut, and load those samples again first.
+        let (pushed, held, rng) = replay_buffer(&cfg, &plan, epoch, start_at)?;
+        let mut rest = held;
+        rest.extend_from_slice(&plan[pushed..]);
+        plan = rest;
+        buffer_rng = Some(rng);
+    } else {
+        if start_at > plan.len() {
+            return Err(Error::config(
+                "resume",
+                format!(
+                    "position {start_at} is past the epoch's {} samples",
+                    plan.len()
+                ),
+            ));
+        }
+        plan.drain(..start_at);
     }
-    plan.drain(..start_at);
     let window = Arc::new(Window::new(window_size, plan.len()));
     let mode_code = match cache_mode {
         EpochCache::Off => 0,
@@ -290,6 +419,7 @@ pub(crate) fn start(
         normalize_pool,
         staging,
         offset: start_at,
+        buffer_rng: Mutex::new(buffer_rng),
         cache,
         cache_mode,
         plan,
@@ -299,14 +429,28 @@ pub(crate) fn start(
     let (loaded_tx, loaded_rx) = bounded::<Loaded>(window_size);
     // The prefetch queue: ready batches ahead of the consumer.
     let (batch_tx, batch_rx) = bounded(knobs.prefetch);
-    let mut handles = Vec::with_capacity(threads + 1);
+    let mut handles = Vec::with_capacity(threads + 2);
+    // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
+    let fetch = crate::fetch::byte_bound(&shared.source).map(|bound| {
+        let (tx, rx) = bounded::<Fetched>(window_size);
+        (tx, rx, Arc::new(ByteBudget::new(bound)))
+    });
     let spawn_all = || -> Result<(), Error> {
+        if let Some((fetch_tx, _, budget)) = &fetch {
+            let (shared, tx, budget) = (shared.clone(), fetch_tx.clone(), budget.clone());
+            let h = std::thread::Builder::new()
+                .name("imagefeed-fetch".into())
+                .spawn(move || fetch_loop(&shared, &tx, &budget))
+                .map_err(Error::spawn)?;
+            handles.push(("fetch", h));
+        }
         for t in 0..threads {
             let shared = shared.clone();
             let tx = loaded_tx.clone();
+            let from_fetch = fetch.as_ref().map(|(_, rx, b)| (rx.clone(), b.clone()));
             let h = std::thread::Builder::new()
                 .name(format!("imagefeed-decode-{t}"))
-                .spawn(move || decode_loop(&shared, &tx))
+                .spawn(move || decode_loop(&shared, &tx, from_fetch))
                 .map_err(Error::spawn)?;
             handles.push(("decode", h));
         }
@@ -320,6 +464,7 @@ pub(crate) fn start(
     };
     let spawned = spawn_all();
     drop(loaded_tx);
+    drop(fetch);
     if let Err(e) = spawned {
         window.cancel();
         for (_, h) in handles {
@@ -334,7 +479,11 @@ pub(crate) fn start(
     })
 }
 
-fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
+/// Where a decode thread gets its work: claims from the window (local files), or fetched
+/// bytes from the fetch thread (with the byte budget to release).
+type FromFetch = Option<(Receiver<Fetched>, Arc<ByteBudget>)>;
+
+fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>, from_fetch: FromFetch) {
     let cfg = &shared.cfg;
     let geom = cfg.geometry();
     // A decoder (with its grown buffers) from an earlier epoch, so later epochs allocate nothing.
@@ -348,11 +497,17 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
     let sample_len = geom.sample_len();
     loop {
         let waited = Instant::now();
-        let Some(seq) = shared.window.claim() else {
-            break;
+        let (seq, index, mut fetched, held) = match &from_fetch {
+            None => match shared.window.claim() {
+                Some(seq) => (seq, shared.plan[seq], None, 0),
+                None => break,
+            },
+            Some((rx, _)) => match rx.recv() {
+                Ok(f) => (f.seq, f.index, f.bytes, f.held),
+                Err(_) => break, // the fetcher finished or stopped
+            },
         };
         add(&shared.stats.decode_wait_ns, waited.elapsed());
-        let index = shared.plan[seq];
         let mut buf = shared
             .samples
             .1
@@ -364,8 +519,17 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
             if shared.cfg.panic_on_index == Some(u64::from(index)) {
                 panic!("injected panic (inject_panic_at_index)");
             }
-            load(shared, &mut decoder, &path, index, &mut buf)
+            let mut load_from = |input| load(shared, &mut decoder, &path, index, input, &mut buf);
+            match fetched.take() {
+                None if from_fetch.is_none() => load_from(Input::File),
+                None => load_from(Input::CacheOnly),
+                Some(Ok(bytes)) => load_from(Input::Bytes(&bytes)),
+                Some(Err(e)) => Err(e),
+            }
         }));
+        if let Some((_, budget)) = &from_fetch {
+            budget.release(held);
+        }
         add(&shared.stats.decode_busy_ns, busy.elapsed());
         let result = match outcome {
             Ok(Ok(())) => Ok(buf),
@@ -393,6 +557,17 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>) {
         .push(decoder);
 }
 
+/// Where a sample's encoded bytes are.
+enum Input<'a> {
+    /// In the local file at the sample's path.
+    File,
+    /// Fetched.
+    Bytes(&'a [u8]),
+    /// Not fetched: the epoch reads a complete cache (read the bytes if the record fails and
+    /// the cache is rebuilt).
+    CacheOnly,
+}
+
 /// Loads one sample into `buf`: from a complete cache, or by decoding (and then recording it
 /// in a cache being written).
 fn load(
@@ -400,6 +575,7 @@ fn load(
     decoder: &mut Decoder,
     path: &std::path::Path,
     index: u32,
+    input: Input<'_>,
     buf: &mut [u8],
 ) -> Result<(), Error> {
     let stats = &shared.stats;
@@ -439,7 +615,18 @@ fn load(
             },
         }
     }
-    let result = decoder.load_file(path, &shared.cfg.geometry(), &shared.gate, buf);
+    let geom = shared.cfg.geometry();
+    let result = match input {
+        Input::File => decoder.load_file(path, &geom, &shared.gate, buf),
+        Input::Bytes(bytes) => decoder.load_bytes(bytes, path, &geom, &shared.gate, buf),
+        Input::CacheOnly => shared
+            .source
+            .read_sample(
+                index as usize,
+                shared.cfg.decode_settings().max_file_bytes(),
+            )
+            .and_then(|bytes| decoder.load_bytes(&bytes, path, &geom, &shared.gate, buf)),
+    };
     if let EpochCache::Write(writer) = &shared.cache_mode {
         let label = shared.source.index.label(index as usize);
         match &result {
@@ -560,6 +747,23 @@ fn remember(slot: &mut Option<(Vec<u8>, u32)>, pixels: &[u8], index: u32) {
     *i = index;
 }
 
+/// Writes one shuffle-buffer output (a sample, or a failed sample's placeholder: nothing) and
+/// remembers it for sharded padding. `false`: the consumer is gone.
+fn emit_output(
+    sink: &mut Sink<'_>,
+    out: Option<(Vec<u8>, u32)>,
+    keep_size: bool,
+    last_good: &mut Option<(Vec<u8>, u32)>,
+) -> bool {
+    let Some((px, idx)) = out else {
+        return true;
+    };
+    if keep_size {
+        remember(last_good, &px, idx);
+    }
+    sink.emit(px, idx)
+}
+
 fn batch_loop(shared: &EpochShared, rx: &Receiver<Loaded>, out: &Sender<Result<Batch, Error>>) {
     let stop = |e: Error| {
         shared.window.cancel();
@@ -603,10 +807,19 @@ fn batch_loop_inner(
     let total = shared.plan.len();
     let mut ring: Vec<Option<Loaded>> = (0..size).map(|_| None).collect();
     let mut next = 0usize;
-    let mut shuffle = ShuffleBuffer::new(
-        cfg.shuffle_buffer,
-        Rng::for_stage(cfg.seed, shared.epoch, rng::STAGE_SHUFFLE_BUFFER),
-    );
+    // Samples, or placeholders for failed ones: the buffer's choices then depend on the plan
+    // alone, so a resumed epoch can replay them (`replay_buffer`).
+    let buffered = cfg.sample_shuffle_buffer() > 0;
+    let rng = shared
+        .buffer_rng
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_else(|| Rng::for_stage(cfg.seed, shared.epoch, rng::STAGE_SHUFFLE_BUFFER));
+    let mut shuffle: ShuffleBuffer<Option<(Vec<u8>, u32)>> =
+        ShuffleBuffer::new(cfg.sample_shuffle_buffer(), rng);
+    // Buffer outputs so far, placeholders included (the resumable position when buffered).
+    let mut outputs = shared.offset as u64;
     let mut skipped = 0u64;
     while next < total {
         let Ok(msg) = rx.recv() else {
@@ -627,12 +840,14 @@ fn batch_loop_inner(
                             }
                         }
                     }
-                    if let Some((px, idx)) = shuffle.push((pixels, msg.index)) {
-                        sink.position = (shared.offset + next) as u64;
-                        if keep_size {
-                            remember(&mut last_good, &px, idx);
-                        }
-                        if !sink.emit(px, idx) {
+                    if let Some(out) = shuffle.push(Some((pixels, msg.index))) {
+                        outputs += 1;
+                        sink.position = if buffered {
+                            outputs
+                        } else {
+                            (shared.offset + next) as u64
+                        };
+                        if !emit_output(&mut sink, out, keep_size, &mut last_good) {
                             return Ok(());
                         }
                     }
@@ -644,6 +859,15 @@ fn batch_loop_inner(
                         log::warn!("skipping sample {}: {e}", msg.index);
                         shared.stats.record_skip(path, e.to_string());
                         owed_padding += 1;
+                        if buffered {
+                            if let Some(out) = shuffle.push(None) {
+                                outputs += 1;
+                                sink.position = outputs;
+                                if !emit_output(&mut sink, out, keep_size, &mut last_good) {
+                                    return Ok(());
+                                }
+                            }
+                        }
                         if skipped > max {
                             return Err(Error::new(ErrorKind::TooManyFailures {
                                 skipped,
@@ -657,11 +881,12 @@ fn batch_loop_inner(
         }
     }
     sink.position = (shared.offset + total) as u64;
-    while let Some((px, idx)) = shuffle.drain_one() {
-        if keep_size {
-            remember(&mut last_good, &px, idx);
+    while let Some(out) = shuffle.drain_one() {
+        outputs += 1;
+        if buffered {
+            sink.position = outputs;
         }
-        if !sink.emit(px, idx) {
+        if !emit_output(&mut sink, out, keep_size, &mut last_good) {
             return Ok(());
         }
     }

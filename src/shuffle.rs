@@ -44,6 +44,12 @@ impl<T> ShuffleBuffer<T> {
         Some(self.items.swap_remove(j))
     }
 
+    /// The buffered elements in slot order and the generator's state: what a buffer fed the
+    /// same elements again, in that order, continues from (resumption).
+    pub(crate) fn into_parts(self) -> (Vec<T>, Rng) {
+        (self.items, self.rng)
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.items.len()

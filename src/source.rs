@@ -2,6 +2,11 @@
 //! caller builds; each becomes a compact index of `(path, label)` entries that the pipeline
 //! visits in a seeded permutation every epoch.
 //!
+//! Tar shards in the WebDataset layout and objects in object storage (`s3://…`, with the
+//! `remote` feature) are sources too: their samples are indexed the same way, plus where each
+//! sample's bytes lie (shard, offset, length, 20 bytes a sample), and the pipeline reads them
+//! through its fetch stage (`fetch.rs`) instead of opening one file per sample.
+//!
 //! The index stores every path as bytes in one buffer, relative to a base folder, plus an
 //! 8-byte end offset and a 4-byte label per entry: about `path length + 12` bytes a sample
 //! (ImageNet's 1.28 million paths of ~40 bytes take about 67 MB).
@@ -9,8 +14,11 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::Error;
+use crate::shards::TarIndex;
 
 /// File extensions a class-folder source picks up (compared case-insensitively).
 const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
@@ -29,6 +37,121 @@ const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
 #[derive(Debug, Clone)]
 pub struct Source {
     pub(crate) index: FileIndex,
+    pub(crate) backing: Backing,
+}
+
+/// How a source's samples are stored, as [`Source::kind`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SourceKind {
+    /// One local file a sample (a file list, a folder of class folders, entries).
+    Files,
+    /// One object a sample in object storage (`s3://bucket/prefix` of images or a list there).
+    Objects,
+    /// Samples packed in tar shards (WebDataset layout), local or in object storage, each shard
+    /// read as one sequential stream.
+    TarShards,
+}
+
+/// Where the bytes of a source's samples are.
+#[derive(Debug, Clone)]
+pub(crate) enum Backing {
+    /// Local files: the index paths.
+    Files,
+    /// Objects: index paths are keys relative to `prefix` in `store`.
+    #[cfg(feature = "remote")]
+    Objects(Arc<ObjectIndex>),
+    /// Members of tar shards.
+    Tar(Arc<TarIndex>),
+}
+
+/// Objects of a store, one a sample.
+#[cfg(feature = "remote")]
+#[derive(Debug)]
+pub(crate) struct ObjectIndex {
+    pub(crate) store: Arc<crate::remote::Store>,
+    /// The key prefix the index's paths are relative to (`""` for the bucket root).
+    pub(crate) prefix: String,
+    /// Size and modification time of each sample's object, from the listing (for the cache
+    /// fingerprint). Sizes are 0 for objects named by a list file (not listed).
+    pub(crate) stamps: Vec<(u64, i64)>,
+}
+
+#[cfg(feature = "remote")]
+impl ObjectIndex {
+    pub(crate) fn key(&self, index: &FileIndex, i: usize) -> String {
+        let rel = String::from_utf8_lossy(index.raw_path(i));
+        join_key(&self.prefix, &rel)
+    }
+}
+
+#[cfg(feature = "remote")]
+pub(crate) fn join_key(prefix: &str, rel: &str) -> String {
+    if prefix.is_empty() {
+        rel.to_string()
+    } else {
+        format!("{prefix}/{rel}")
+    }
+}
+
+/// Limits and retries for sources in object storage (see [`Source::from_url_with`]).
+///
+/// ```
+/// use std::time::Duration;
+/// let options = imagefeed::RemoteOptions::default()
+///     .max_requests(32)
+///     .max_bytes_in_flight(128 << 20)
+///     .retry_timeout(Duration::from_secs(60));
+/// assert_eq!(options.max_requests, 32);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RemoteOptions {
+    /// The most requests in flight at once (default 16).
+    pub max_requests: usize,
+    /// The most fetched bytes held at once, fetched and waiting to be decoded (default 64 MiB;
+    /// one sample larger than this is still fetched, alone).
+    pub max_bytes_in_flight: u64,
+    /// How many times a request failing with a transient error (a 5xx answer, throttling, a
+    /// dropped connection) is retried, with exponential backoff (default 5).
+    pub retries: usize,
+    /// No retry starts later than this after a request's first try (default 30 s): a store
+    /// that stops answering ends the epoch with an error instead of a hang.
+    pub retry_timeout: Duration,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            max_requests: 16,
+            max_bytes_in_flight: 64 << 20,
+            retries: 5,
+            retry_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RemoteOptions {
+    /// Sets [`RemoteOptions::max_requests`] (at least 1).
+    pub fn max_requests(mut self, n: usize) -> Self {
+        self.max_requests = n.max(1);
+        self
+    }
+    /// Sets [`RemoteOptions::max_bytes_in_flight`].
+    pub fn max_bytes_in_flight(mut self, bytes: u64) -> Self {
+        self.max_bytes_in_flight = bytes;
+        self
+    }
+    /// Sets [`RemoteOptions::retries`].
+    pub fn retries(mut self, n: usize) -> Self {
+        self.retries = n;
+        self
+    }
+    /// Sets [`RemoteOptions::retry_timeout`].
+    pub fn retry_timeout(mut self, t: Duration) -> Self {
+        self.retry_timeout = t;
+        self
+    }
 }
 
 /// A compact list of `(path, label)` entries.
@@ -46,7 +169,7 @@ pub(crate) struct FileIndex {
 }
 
 impl FileIndex {
-    fn with_origin(origin: PathBuf, base: PathBuf) -> Self {
+    pub(crate) fn with_origin(origin: PathBuf, base: PathBuf) -> Self {
         FileIndex {
             origin,
             base,
@@ -54,7 +177,7 @@ impl FileIndex {
         }
     }
 
-    fn push(&mut self, path: &[u8], label: u32) {
+    pub(crate) fn push(&mut self, path: &[u8], label: u32) {
         self.bytes.extend_from_slice(path);
         self.ends.push(self.bytes.len() as u64);
         self.labels.push(label);
@@ -93,7 +216,7 @@ impl FileIndex {
         (self.bytes.capacity() + self.ends.capacity() * 8 + self.labels.capacity() * 4) as u64
     }
 
-    fn shrink(&mut self) {
+    pub(crate) fn shrink(&mut self) {
         self.bytes.shrink_to_fit();
         self.ends.shrink_to_fit();
         self.labels.shrink_to_fit();
@@ -117,17 +240,24 @@ fn bytes_to_os(b: &[u8]) -> &OsStr {
 }
 
 #[cfg(unix)]
-fn os_to_bytes(s: &OsStr) -> Vec<u8> {
+pub(crate) fn os_to_bytes(s: &OsStr) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
     s.as_bytes().to_vec()
 }
 
 #[cfg(not(unix))]
-fn os_to_bytes(s: &OsStr) -> Vec<u8> {
+pub(crate) fn os_to_bytes(s: &OsStr) -> Vec<u8> {
     s.to_string_lossy().into_owned().into_bytes()
 }
 
 impl Source {
+    pub(crate) fn files(index: FileIndex) -> Source {
+        Source {
+            index,
+            backing: Backing::Files,
+        }
+    }
+
     /// Reads a file list: one sample a line, `PATH<TAB>LABEL` or `PATH LABEL`.
     ///
     /// The last whitespace-separated field is the label, a non-negative integer; the path is
@@ -146,7 +276,7 @@ impl Source {
         let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let index = parse_list(path, base, &data)?;
-        Ok(Source { index })
+        Ok(Source::files(index))
     }
 
     /// Reads a folder with one sub-folder per class, like torchvision's `ImageFolder`: the
@@ -196,7 +326,7 @@ impl Source {
         check_count(&index)?;
         index.class_names = Some(classes.into_iter().map(|(n, _)| n).collect());
         index.shrink();
-        Ok(Source { index })
+        Ok(Source::files(index))
     }
 
     /// A source from `(path, label)` pairs built by the caller. Relative paths are relative
@@ -216,20 +346,175 @@ impl Source {
         }
         check_count(&index)?;
         index.shrink();
-        Ok(Source { index })
+        Ok(Source::files(index))
     }
 
-    /// A folder of class folders or a file list, whichever `path` is.
+    /// Opens whatever `path` names:
+    /// - a URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `http(s)://…`): [`Source::from_url`];
+    /// - a `.tar` file, or a folder holding `.tar` files: [`Source::from_tar_shards`] (the
+    ///   folder's `*.tar` files, sorted by name);
+    /// - another folder: [`Source::from_dir`] (class folders);
+    /// - another file: [`Source::from_list_file`].
     ///
     /// # Errors
-    /// As [`Source::from_dir`] or [`Source::from_list_file`].
+    /// As the constructor chosen.
     pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
+        if let Some(url) = path.to_str().filter(|s| crate::shards::looks_like_url(s)) {
+            return Source::from_url(url);
+        }
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if meta.is_dir() {
-            Source::from_dir(path)
+            let shards = crate::shards::tar_files_in(path)?;
+            if shards.is_empty() {
+                Source::from_dir(path)
+            } else {
+                Source::from_tar_shards(shards)
+            }
+        } else if crate::shards::is_tar_name(&path.to_string_lossy()) {
+            Source::from_tar_shards([path])
         } else {
             Source::from_list_file(path)
+        }
+    }
+
+    /// Tar shards in the WebDataset layout: each sample is a group of consecutive members
+    /// sharing a key (the member path up to the first `.` of its file name), with one image
+    /// (`KEY.jpg`, `KEY.jpeg` or `KEY.png`) and its label as decimal text in `KEY.cls`. Other
+    /// members (`KEY.json`, …) are ignored. Sample `i` is the `i`-th sample in shard order,
+    /// then member order.
+    ///
+    /// Opening reads every member header once (seeking over the data) to index where each
+    /// image lies; the pipeline then reads each shard as one sequential stream, visits the
+    /// shards in a seeded order each epoch and mixes samples through the shuffle buffer.
+    ///
+    /// If no sample has a `.cls` member, every label is 0 (an unlabeled dataset).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if a shard cannot be read, and
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) naming the shard for a damaged or
+    /// truncated archive, a malformed `.cls`, a sample without a label among labeled ones, or
+    /// shards with no image at all.
+    pub fn from_tar_shards<P: AsRef<Path>>(
+        shards: impl IntoIterator<Item = P>,
+    ) -> Result<Source, Error> {
+        let paths: Vec<PathBuf> = shards
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        crate::shards::index_local(&paths)
+    }
+
+    /// A source in object storage, with [`RemoteOptions::default`]: see
+    /// [`Source::from_url_with`].
+    ///
+    /// # Errors
+    /// As [`Source::from_url_with`].
+    pub fn from_url(url: &str) -> Result<Source, Error> {
+        Source::from_url_with(url, RemoteOptions::default())
+    }
+
+    /// A source in object storage, through the `object_store` crate: `s3://bucket/prefix`,
+    /// `gs://bucket/prefix`, `az://container/prefix` or `http(s)://host/prefix`. Credentials,
+    /// region and endpoint come from the environment (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP=true` for a
+    /// plain-http endpoint, and the `GOOGLE_*` / `AZURE_*` equivalents).
+    ///
+    /// What the URL names decides the layout, as [`Source::open`] does for local paths:
+    /// - a `.tar` object, or a prefix holding `.tar` objects: tar shards
+    ///   ([`Source::from_tar_shards`]), each read with one streamed request;
+    /// - a `.txt` object: a file list whose relative paths are keys next to it;
+    /// - another prefix: its images (`.jpg`, `.jpeg`, `.png`), labeled by class "folder" (the
+    ///   first key component under the prefix, sorted, as [`Source::from_dir`]), or all label
+    ///   0 when they sit directly under the prefix.
+    ///
+    /// Requests run at most [`RemoteOptions::max_requests`] at a time, hold at most
+    /// [`RemoteOptions::max_bytes_in_flight`], and are retried on transient errors.
+    ///
+    /// # Errors
+    /// [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled) without the `remote`
+    /// feature; [`ErrorKind::Source`](crate::ErrorKind::Source) for a malformed URL or an empty
+    /// prefix; [`ErrorKind::Io`](crate::ErrorKind::Io) naming the object for a missing object,
+    /// denied access or an unreachable store.
+    pub fn from_url_with(url: &str, options: RemoteOptions) -> Result<Source, Error> {
+        #[cfg(feature = "remote")]
+        {
+            crate::shards::open_remote(url, options)
+        }
+        #[cfg(not(feature = "remote"))]
+        {
+            let _ = (url, options);
+            Err(Error::feature_disabled("remote"))
+        }
+    }
+
+    /// How the samples are stored.
+    pub fn kind(&self) -> SourceKind {
+        match &self.backing {
+            Backing::Files => SourceKind::Files,
+            #[cfg(feature = "remote")]
+            Backing::Objects(_) => SourceKind::Objects,
+            Backing::Tar(_) => SourceKind::TarShards,
+        }
+    }
+
+    /// Size and modification time of sample `i`'s bytes, for the cache fingerprint.
+    pub(crate) fn stamp(&self, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
+        match &self.backing {
+            Backing::Files => {
+                self.index.path_into(i, scratch);
+                match std::fs::metadata(&*scratch) {
+                    Ok(m) => {
+                        let t = m
+                            .modified()
+                            .ok()
+                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                            .map_or(0, |d| d.as_nanos());
+                        (m.len(), t)
+                    }
+                    Err(_) => (u64::MAX, 0),
+                }
+            }
+            #[cfg(feature = "remote")]
+            Backing::Objects(o) => {
+                let (size, mtime) = o.stamps[i];
+                (size, mtime as u128)
+            }
+            Backing::Tar(t) => t.stamp(i),
+        }
+    }
+
+    /// The encoded bytes of sample `i` (random access; the pipeline streams instead). Used to
+    /// write shards. Refuses more than `limit` bytes.
+    pub(crate) fn read_sample(&self, i: usize, limit: u64) -> Result<Vec<u8>, Error> {
+        match &self.backing {
+            Backing::Files => {
+                use std::io::Read;
+                let path = self.index.path(i);
+                let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+                if !meta.is_file() {
+                    return Err(Error::io(
+                        &path,
+                        std::io::Error::other("is not a regular file"),
+                    ));
+                }
+                let mut out = Vec::new();
+                std::fs::File::open(&path)
+                    .map_err(|e| Error::io(&path, e))?
+                    .take(limit + 1)
+                    .read_to_end(&mut out)
+                    .map_err(|e| Error::io(&path, e))?;
+                if out.len() as u64 > limit {
+                    return Err(Error::decode(
+                        &path,
+                        crate::error::DecodeFailure(format!("over the {limit}-byte limit")),
+                    ));
+                }
+                Ok(out)
+            }
+            #[cfg(feature = "remote")]
+            Backing::Objects(o) => o.store.get(&o.key(&self.index, i), limit),
+            Backing::Tar(t) => t.read_member(i, &self.index.path(i), limit),
         }
     }
 
@@ -266,10 +551,16 @@ impl Source {
     /// Heap bytes the index holds (counted in the loader's memory budget).
     pub fn heap_bytes(&self) -> u64 {
         self.index.heap_bytes()
+            + match &self.backing {
+                Backing::Files => 0,
+                #[cfg(feature = "remote")]
+                Backing::Objects(o) => (o.stamps.capacity() * 16) as u64,
+                Backing::Tar(t) => t.heap_bytes(),
+            }
     }
 }
 
-fn is_hidden(name: &OsStr) -> bool {
+pub(crate) fn is_hidden(name: &OsStr) -> bool {
     name.to_string_lossy().starts_with('.')
 }
 
@@ -297,7 +588,7 @@ pub(crate) fn has_image_extension(p: &Path) -> bool {
         .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-fn check_count(index: &FileIndex) -> Result<(), Error> {
+pub(crate) fn check_count(index: &FileIndex) -> Result<(), Error> {
     if index.len() > u32::MAX as usize {
         return Err(Error::source(
             &index.origin,

@@ -53,6 +53,24 @@ print(f"decode floor, full size   {fl[False]['images_per_sec']:8.0f} images/s")
 print(f"decode floor, DCT-scaled  {fl[True]['images_per_sec']:8.0f} images/s")
 if q:
     print(f"DCT scaling quality: mean PSNR {q[0]['mean_scaled_psnr_db']:.1f} dB over the images it changes, lowest {q[0]['min_psnr_db']:.1f} dB")
+# The memory-copy bound of a cached epoch: one thread copying the same f32 output bytes
+# (batches of 64 x 160 x 160 x 3), from a source the size of the cache.
+try:
+    import numpy as np, time
+    src = np.ones((64, 160, 160, 3), dtype=np.float32)
+    dst = np.empty_like(src)
+    reps, best = 40, []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            np.copyto(dst, src)
+        best.append(64 * reps / (time.perf_counter() - t0))
+    best.sort()
+    copy = best[1]
+    cached_best = max(r["images_per_sec"] for r in cached[1:])
+    print(f"memcpy bound (numpy, 1 thread, f32) {copy:8.0f} images/s; imagefeed cached / memcpy: {cached_best / copy:.2f}")
+except ImportError:
+    print("memcpy bound skipped: numpy is not installed")
 print(f"ratio imagefeed cold / DCT-scaled floor: {ic['images_per_sec'] / fl[True]['images_per_sec']:.2f}")
 if tf:
     t = tf[0]

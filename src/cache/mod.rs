@@ -77,17 +77,7 @@ fn fingerprint(source: &Source) -> [u8; 16] {
         source.index.path_into(i, &mut path);
         h.update(path.as_os_str().as_encoded_bytes());
         h.update(&[0]);
-        let (len, mtime) = match std::fs::metadata(&path) {
-            Ok(m) => {
-                let t = m
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_nanos());
-                (m.len(), t)
-            }
-            Err(_) => (u64::MAX, 0),
-        };
+        let (len, mtime) = source.stamp(i, &mut path);
         h.update(&len.to_le_bytes());
         h.update(&mtime.to_le_bytes());
         h.update(&source.index.label(i).to_le_bytes());

@@ -204,6 +204,22 @@ impl Decoder {
         result
     }
 
+    /// Decodes fetched bytes (a tar member, an object): as [`Decoder::load_file`] after the
+    /// read. The fetch stage has already refused bytes over the size limit.
+    pub(crate) fn load_bytes(
+        &mut self,
+        bytes: &[u8],
+        name: &Path,
+        geom: &Geometry,
+        gate: &LargeGate,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        let guard = (bytes.len() as u64 > RETAIN_BYTES).then(|| gate.enter());
+        let result = self.decode_resize(bytes, name, geom, guard.is_some(), gate, out);
+        drop(guard);
+        result
+    }
+
     /// Decodes, resizes and orients in-memory image bytes into `out`. `path` names the sample
     /// in errors.
     pub(crate) fn decode_resize(

@@ -641,8 +641,17 @@ fn issue_6_host_memory_limit_names_what_to_lower() {
         config_error(Loader::builder(source.clone()).host_memory_limit(50_000_000));
     assert_eq!(setting, "host_memory_limit");
     assert!(msg.contains("lower max_pixels"), "{msg}");
-    // A huge shuffle buffer dominates.
-    let big = Loader::builder(source.clone())
+    // A huge shuffle buffer dominates (over tar shards, where it holds decoded samples; over
+    // files it shuffles indices and costs 4 bytes a slot).
+    let shards = tempfile::tempdir().unwrap();
+    imagefeed::write_shards(
+        &Source::from_dir(crate::common::testdata("classes")).unwrap(),
+        shards.path(),
+        100,
+        None,
+    )
+    .unwrap();
+    let big = Loader::builder(Source::open(shards.path()).unwrap())
         .max_pixels(1_000_000)
         .shuffle_buffer(50_000);
     let total = big.memory_budget().total();

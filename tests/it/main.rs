@@ -13,3 +13,4 @@ mod pipeline;
 mod shard;
 mod shutdown;
 mod staging;
+mod webdataset;

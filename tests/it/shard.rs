@@ -250,3 +250,50 @@ fn issue_7_bench_indices_out_and_resume_from_the_command_line() {
     union.sort_unstable();
     assert_eq!(union, (0..64).collect::<Vec<u64>>());
 }
+
+#[test]
+fn issue_5_file_shuffle_buffer_reorders_indices_before_decoding_and_resumes() {
+    let full = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
+    let make = || {
+        Loader::builder(full.clone())
+            .image_size(16)
+            .batch_size(1)
+            .shuffle(false)
+            .shuffle_buffer(8)
+            .seed(3)
+            .build()
+            .unwrap()
+    };
+    assert_eq!(
+        make().memory_budget().shuffle_buffer_bytes,
+        0,
+        "over files the buffer holds indices, not samples"
+    );
+    let reference = indices(&make().epoch(1).map(|b| b.unwrap()).collect::<Vec<_>>());
+    let mut sorted = reference.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..64).collect::<Vec<u64>>());
+    assert_ne!(reference, sorted, "the buffer shuffles");
+    for (pos, &i) in reference.iter().enumerate() {
+        assert!(
+            i as usize <= pos + 8,
+            "index {i} at {pos}: beyond the buffer's reach"
+        );
+    }
+    // Its order is part of the plan, so an epoch with a buffer resumes exactly.
+    let loader = make();
+    let mut it = loader.epoch(1);
+    let mut got = Vec::new();
+    for _ in 0..37 {
+        got.extend_from_slice(it.next().unwrap().unwrap().indices());
+    }
+    let state: LoaderState = it.state().to_string().parse().unwrap();
+    drop(it);
+    got.extend(indices(
+        &make()
+            .resume(&state)
+            .map(|b| b.unwrap())
+            .collect::<Vec<_>>(),
+    ));
+    assert_eq!(got, reference);
+}

@@ -1,0 +1,311 @@
+//! Object storage: `s3://`, `gs://`, `az://` and `http(s)://` sources through the
+//! `object_store` crate.
+//!
+//! The client is asynchronous; a [`Store`] owns a small tokio runtime (one worker thread that
+//! drives the connections) and the rest of imagefeed calls it with `block_on` from its own
+//! threads. Credentials, region and endpoint come from the environment, as every other tool
+//! reads them (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`
+//! …), never from code. Transient failures (5xx, throttling, dropped connections) are retried
+//! with exponential backoff by `object_store`, within [`RemoteOptions::retries`] and
+//! [`RemoteOptions::retry_timeout`].
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{BackoffConfig, GetOptions, GetRange, ObjectStore, RetryConfig};
+
+use crate::error::Error;
+use crate::source::RemoteOptions;
+
+/// A connected object store and the prefix a source lives under.
+pub(crate) struct Store {
+    store: Arc<dyn ObjectStore>,
+    rt: tokio::runtime::Runtime,
+    /// The URL up to the prefix, without a trailing slash (`s3://bucket/data`): names objects
+    /// in messages.
+    pub(crate) url: String,
+    pub(crate) options: RemoteOptions,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("url", &self.url).finish()
+    }
+}
+
+/// One listed object.
+pub(crate) struct Listed {
+    /// The key relative to the listed prefix.
+    pub(crate) key: String,
+    pub(crate) size: u64,
+    /// Modification time (nanoseconds since the Unix epoch), for the cache fingerprint.
+    pub(crate) mtime: i64,
+}
+
+/// Splits `scheme://authority/key` into the store URL (`scheme://authority`) and the key.
+fn split_url(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme.is_empty()
+        || !scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    {
+        return None;
+    }
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let root = &url[..scheme.len() + 3 + authority_end];
+    let key = rest[authority_end..].trim_matches('/');
+    Some((root, key))
+}
+
+impl Store {
+    /// Connects to the store holding `url` (for `s3://bucket/prefix`: the bucket); returns it
+    /// and the key `url` names (`prefix`).
+    pub(crate) fn connect(url: &str, options: RemoteOptions) -> Result<(Store, String), Error> {
+        let bad = |why: String| Error::source(url, why);
+        let (root, key) = split_url(url).ok_or_else(|| bad("not a URL".into()))?;
+        let scheme = root.split("://").next().unwrap_or_default();
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(5),
+                base: 2.0,
+            },
+            max_retries: options.retries,
+            retry_timeout: options.retry_timeout,
+        };
+        let store: Arc<dyn ObjectStore> = match scheme {
+            "s3" | "s3a" => Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(root)
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+            "gs" => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(root)
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+            "az" | "abfs" | "abfss" | "azure" => Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(root)
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+            "http" | "https" => Arc::new(
+                object_store::http::HttpBuilder::new()
+                    .with_url(root)
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+            other => {
+                return Err(bad(format!(
+                    "unsupported scheme `{other}://` (supported: s3://, gs://, az://, http://, https://)"
+                )))
+            }
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("imagefeed-io")
+            .enable_all()
+            .build()
+            .map_err(Error::spawn)?;
+        let store = Store {
+            store,
+            rt,
+            url: root.to_string(),
+            options,
+        };
+        Ok((store, key.to_string()))
+    }
+
+    /// The URL of `key`, for messages.
+    pub(crate) fn url_of(&self, key: &str) -> String {
+        if key.is_empty() {
+            self.url.clone()
+        } else {
+            format!("{}/{key}", self.url)
+        }
+    }
+
+    fn error(&self, key: &str, e: object_store::Error) -> Error {
+        let kind = match &e {
+            object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
+            // Listing wraps the HTTP answer in a generic error; its status is in the message.
+            other => {
+                let text = other.to_string();
+                if text.contains("403 Forbidden") || text.contains("401 Unauthorized") {
+                    std::io::ErrorKind::PermissionDenied
+                } else if text.contains("404 Not Found") {
+                    std::io::ErrorKind::NotFound
+                } else {
+                    std::io::ErrorKind::Other
+                }
+            }
+        };
+        let url = self.url_of(key);
+        match kind {
+            std::io::ErrorKind::Other => Error::remote(url, std::io::Error::new(kind, e)),
+            _ => Error::io(url, std::io::Error::new(kind, e)),
+        }
+    }
+
+    /// Every object under `prefix` (recursively), sorted by key; keys relative to `prefix`.
+    pub(crate) fn list(&self, prefix: &str) -> Result<Vec<Listed>, Error> {
+        let path = ObjectPath::from(prefix);
+        let base = path.as_ref().len();
+        let mut out: Vec<Listed> = self
+            .rt
+            .block_on(self.store.list(Some(&path)).try_collect::<Vec<_>>())
+            .map_err(|e| self.error(prefix, e))?
+            .into_iter()
+            .map(|m| {
+                let full: &str = m.location.as_ref();
+                let key = full[base.min(full.len())..].trim_start_matches('/');
+                Listed {
+                    key: key.to_string(),
+                    size: m.size,
+                    mtime: m.last_modified.timestamp_nanos_opt().unwrap_or(0),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// Size and modification time of object `key`.
+    pub(crate) fn head(&self, key: &str) -> Result<(u64, i64), Error> {
+        let options = GetOptions {
+            head: true,
+            ..Default::default()
+        };
+        let result = self
+            .rt
+            .block_on(self.store.get_opts(&ObjectPath::from(key), options))
+            .map_err(|e| self.error(key, e))?;
+        let m = result.meta;
+        Ok((m.size, m.last_modified.timestamp_nanos_opt().unwrap_or(0)))
+    }
+
+    /// The whole object `key`, refused if larger than `limit` bytes.
+    pub(crate) fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>, Error> {
+        self.rt.block_on(self.get_async(key, limit))
+    }
+
+    pub(crate) async fn get_async(&self, key: &str, limit: u64) -> Result<Vec<u8>, Error> {
+        let path = ObjectPath::from(key);
+        let result = self
+            .store
+            .get_opts(&path, GetOptions::default())
+            .await
+            .map_err(|e| self.error(key, e))?;
+        let size = result.meta.size;
+        if size > limit {
+            return Err(Error::decode(
+                self.url_of(key),
+                crate::error::DecodeFailure(format!(
+                    "object is {size} bytes, over the {limit}-byte limit"
+                )),
+            ));
+        }
+        let mut out = Vec::with_capacity(size as usize);
+        let mut stream = result.into_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| self.error(key, e))?;
+            if (out.len() + chunk.len()) as u64 > limit {
+                return Err(Error::decode(
+                    self.url_of(key),
+                    crate::error::DecodeFailure("object grew past the size limit".into()),
+                ));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+
+    /// Runs a future on this store's runtime.
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// A blocking reader over bytes `start..end` of `key`, streamed (one request).
+    pub(crate) fn range_reader(
+        self: &Arc<Self>,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<RangeReader, Error> {
+        let path = ObjectPath::from(key);
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(start..end)),
+            ..Default::default()
+        };
+        let result = self
+            .rt
+            .block_on(self.store.get_opts(&path, options))
+            .map_err(|e| self.error(key, e))?;
+        Ok(RangeReader {
+            store: self.clone(),
+            stream: result.into_stream(),
+            chunk: Bytes::new(),
+        })
+    }
+}
+
+/// A streamed byte range of one object, read with blocking calls. Errors name the object.
+pub(crate) struct RangeReader {
+    store: Arc<Store>,
+    stream: futures_util::stream::BoxStream<'static, object_store::Result<Bytes>>,
+    chunk: Bytes,
+}
+
+impl Read for RangeReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.store.rt.block_on(self.stream.next()) {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.chunk = chunk,
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        let _ = self.chunk.split_to(n);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_urls() {
+        assert_eq!(split_url("s3://bucket/a/b/"), Some(("s3://bucket", "a/b")));
+        assert_eq!(split_url("s3://bucket"), Some(("s3://bucket", "")));
+        assert_eq!(
+            split_url("https://host:9000/x.tar"),
+            Some(("https://host:9000", "x.tar"))
+        );
+        assert_eq!(split_url("data/train.txt"), None);
+        assert_eq!(split_url("C:/data"), None);
+    }
+
+    #[test]
+    fn unsupported_scheme_is_a_clear_error() {
+        let e = Store::connect("ftp://host/x", RemoteOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("unsupported scheme `ftp://`"), "{e}");
+    }
+}

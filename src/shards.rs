@@ -1,0 +1,1037 @@
+//! Tar shards in the WebDataset layout: indexing them (local or in object storage), reading
+//! their members as sequential streams, and writing them (`imagefeed shards`).
+//!
+//! A shard is a plain tar file; a sample is a run of consecutive members sharing a key (the
+//! member path up to the first `.` of its file name): one image (`KEY.jpg`, `KEY.jpeg`,
+//! `KEY.png`) and its label as decimal text (`KEY.cls`). Opening a shard source reads every
+//! member header once and records, per sample, the shard, the byte offset of the image's data
+//! and its length (20 bytes a sample). Epochs then read each shard front to back with one
+//! stream (one request for object storage), skipping the headers and other members in between.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::error::{DecodeFailure, Error};
+use crate::source::{Backing, FileIndex, Source};
+
+/// Image member extensions (compared case-insensitively).
+const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
+/// The largest `.cls` member read (a label is a short decimal number).
+const MAX_CLS_BYTES: u64 = 64;
+/// At most this many shards are indexed at once.
+const INDEX_THREADS: usize = 8;
+
+/// True for a name ending in `.tar` (any case).
+pub(crate) fn is_tar_name(name: &str) -> bool {
+    name.len() > 4 && name[name.len() - 4..].eq_ignore_ascii_case(".tar")
+}
+
+/// True if `s` is a URL (`scheme://…`) rather than a local path.
+pub(crate) fn looks_like_url(s: &str) -> bool {
+    match s.split_once("://") {
+        Some((scheme, _)) => {
+            scheme.len() > 1
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '+')
+        }
+        None => false,
+    }
+}
+
+/// The `*.tar` files directly in `dir`, sorted.
+pub(crate) fn tar_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        if crate::source::is_hidden(&name) || !is_tar_name(&name.to_string_lossy()) {
+            continue;
+        }
+        if entry.path().is_file() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Where a shard is.
+#[derive(Debug)]
+pub(crate) enum ShardLocation {
+    Local(PathBuf),
+    #[cfg(feature = "remote")]
+    Remote(String),
+}
+
+/// One indexed shard.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    pub(crate) location: ShardLocation,
+    /// The shard's name in messages (its path or URL).
+    pub(crate) name: String,
+    pub(crate) size: u64,
+    mtime: u128,
+    /// Its samples are `first..first + count`.
+    pub(crate) first: u32,
+    pub(crate) count: u32,
+}
+
+/// Where every sample's image lies.
+#[derive(Debug)]
+pub(crate) struct TarIndex {
+    pub(crate) shards: Vec<Shard>,
+    shard_of: Vec<u32>,
+    offset: Vec<u64>,
+    len: Vec<u64>,
+    #[cfg(feature = "remote")]
+    pub(crate) store: Option<std::sync::Arc<crate::remote::Store>>,
+}
+
+impl TarIndex {
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        (self.shard_of.capacity() * 4
+            + self.offset.capacity() * 8
+            + self.len.capacity() * 8
+            + self
+                .shards
+                .iter()
+                .map(|s| s.name.len() + std::mem::size_of::<Shard>() + 64)
+                .sum::<usize>()) as u64
+    }
+
+    /// `(shard, data offset, data length)` of sample `i`.
+    pub(crate) fn locate(&self, i: usize) -> (u32, u64, u64) {
+        (self.shard_of[i], self.offset[i], self.len[i])
+    }
+
+    pub(crate) fn stamp(&self, i: usize) -> (u64, u128) {
+        let s = &self.shards[self.shard_of[i] as usize];
+        (
+            s.size ^ self.offset[i].rotate_left(32) ^ self.len[i],
+            s.mtime,
+        )
+    }
+
+    /// Reads sample `i`'s bytes with one seek (or ranged request). `name` names it in errors.
+    pub(crate) fn read_member(&self, i: usize, name: &Path, limit: u64) -> Result<Vec<u8>, Error> {
+        let (shard, offset, len) = self.locate(i);
+        if len > limit {
+            return Err(too_large(name, len, limit));
+        }
+        let mut cursor = ShardCursor::default();
+        let mut out = Vec::new();
+        cursor.read(self, shard, offset, len, offset + len, name, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn too_large(name: &Path, len: u64, limit: u64) -> Error {
+    Error::decode(
+        name,
+        DecodeFailure(format!(
+            "member is {len} bytes, over the {limit}-byte limit (max_pixels x 4 + 16 MiB, at most 256 MiB)"
+        )),
+    )
+}
+
+/// A forward-only reader over shards: keeps the current shard's stream open while the samples
+/// asked for lie further on in it.
+#[derive(Default)]
+pub(crate) struct ShardCursor {
+    current: Option<Open>,
+}
+
+struct Open {
+    shard: u32,
+    reader: Box<dyn Read + Send>,
+    /// The byte offset in the shard the reader is at.
+    pos: u64,
+    /// Where the reader's range ends.
+    end: u64,
+}
+
+/// The most bytes skipped by reading forward instead of starting a new stream (a new request,
+/// for object storage).
+const MAX_SKIP: u64 = 8 << 20;
+
+impl ShardCursor {
+    /// Reads `len` bytes at `offset` of `shard` into `out` (cleared first). `run_end` is
+    /// where the run of samples being read ends in this shard: a new stream covers up to it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read(
+        &mut self,
+        index: &TarIndex,
+        shard: u32,
+        offset: u64,
+        len: u64,
+        run_end: u64,
+        name: &Path,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let reusable = self.current.as_ref().is_some_and(|o| {
+            o.shard == shard
+                && o.pos <= offset
+                && offset - o.pos <= MAX_SKIP
+                && offset + len <= o.end
+        });
+        if !reusable {
+            self.current = None;
+            self.current = Some(open(index, shard, offset, run_end.max(offset + len), name)?);
+        }
+        let Some(open) = self.current.as_mut() else {
+            return Err(Error::io(name, std::io::Error::other("no open shard")));
+        };
+        let result = (|| {
+            let gap = offset - open.pos;
+            if gap > 0 {
+                let skipped =
+                    std::io::copy(&mut (&mut open.reader).take(gap), &mut std::io::sink())?;
+                open.pos += skipped;
+                if skipped < gap {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the shard ends before this member (was it truncated after indexing?)",
+                    ));
+                }
+            }
+            out.clear();
+            out.try_reserve_exact(len as usize)
+                .map_err(|_| std::io::Error::other("cannot allocate the member's bytes"))?;
+            let got = (&mut open.reader).take(len).read_to_end(out)?;
+            open.pos += got as u64;
+            if (got as u64) < len {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the shard ends {got} bytes into this {len}-byte member"),
+                ));
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            self.current = None;
+            // A stream from object storage that breaks is the store failing, not this sample.
+            let remote = !matches!(
+                index.shards[shard as usize].location,
+                ShardLocation::Local(_)
+            );
+            if remote && e.kind() != std::io::ErrorKind::UnexpectedEof {
+                return Err(Error::remote(name, e));
+            }
+            return Err(Error::io(name, e));
+        }
+        Ok(())
+    }
+}
+
+fn open(index: &TarIndex, shard: u32, start: u64, end: u64, name: &Path) -> Result<Open, Error> {
+    let s = &index.shards[shard as usize];
+    let reader: Box<dyn Read + Send> = match &s.location {
+        ShardLocation::Local(path) => {
+            let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            f.seek(SeekFrom::Start(start))
+                .map_err(|e| Error::io(path, e))?;
+            Box::new(std::io::BufReader::with_capacity(256 << 10, f))
+        }
+        #[cfg(feature = "remote")]
+        ShardLocation::Remote(key) => {
+            let Some(store) = &index.store else {
+                return Err(Error::io(
+                    name,
+                    std::io::Error::other("no store for a remote shard"),
+                ));
+            };
+            Box::new(store.range_reader(key, start, end.min(s.size).max(start + 1))?)
+        }
+    };
+    let _ = name;
+    Ok(Open {
+        shard,
+        reader,
+        pos: start,
+        end,
+    })
+}
+
+/// One sample found while indexing a shard.
+struct Found {
+    member: String,
+    offset: u64,
+    len: u64,
+    label: Option<u32>,
+}
+
+/// Samples of one shard, in member order.
+fn index_shard<R: Read>(
+    entries: tar::Entries<'_, R>,
+    shard_name: &str,
+    shard_size: u64,
+) -> Result<Vec<Found>, Error> {
+    let damaged = |what: String| Error::source(shard_name, what);
+    let mut out: Vec<Found> = Vec::new();
+    // The sample being assembled: (key, image, label, cls member name).
+    let mut key: Option<String> = None;
+    let mut image: Option<(String, u64, u64)> = None;
+    let mut label: Option<u32> = None;
+    let flush = |key: &mut Option<String>,
+                 image: &mut Option<(String, u64, u64)>,
+                 label: &mut Option<u32>,
+                 out: &mut Vec<Found>| {
+        if let Some((member, offset, len)) = image.take() {
+            out.push(Found {
+                member,
+                offset,
+                len,
+                label: label.take(),
+            });
+        }
+        *label = None;
+        *key = None;
+    };
+    for (n, entry) in entries.enumerate() {
+        let mut entry = entry
+            .map_err(|e| damaged(format!("not a valid tar archive (after {n} members): {e}")))?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let member = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let len = entry.size();
+        let offset = entry.raw_file_position();
+        if offset.checked_add(len).is_none_or(|end| end > shard_size) {
+            return Err(damaged(format!(
+                "truncated: member `{member}` needs bytes {offset}..{} but the shard has {shard_size}",
+                offset.saturating_add(len)
+            )));
+        }
+        let (member_key, ext) = split_member(&member);
+        if key.as_deref() != Some(member_key) {
+            flush(&mut key, &mut image, &mut label, &mut out);
+            key = Some(member_key.to_string());
+        }
+        if IMAGE_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(ext)) {
+            if let Some((first, ..)) = &image {
+                return Err(damaged(format!(
+                    "sample `{member_key}` has two images, `{first}` and `{member}`"
+                )));
+            }
+            image = Some((member, offset, len));
+        } else if ext.eq_ignore_ascii_case("cls") {
+            if len > MAX_CLS_BYTES {
+                return Err(damaged(format!(
+                    "`{member}` is {len} bytes; a label is a decimal number"
+                )));
+            }
+            let mut text = String::new();
+            (&mut entry)
+                .take(MAX_CLS_BYTES)
+                .read_to_string(&mut text)
+                .map_err(|e| damaged(format!("`{member}`: {e}")))?;
+            let t = text.trim();
+            let parsed = t.parse::<u32>().map_err(|_| {
+                damaged(format!(
+                    "`{member}` holds `{}`, not a label (a non-negative integer below 2^32)",
+                    t.escape_debug()
+                ))
+            })?;
+            label = Some(parsed);
+        }
+    }
+    flush(&mut key, &mut image, &mut label, &mut out);
+    Ok(out)
+}
+
+/// Indexes an in-memory shard (the `index_tar` fuzz target): the number of samples.
+pub(crate) fn index_bytes(bytes: &[u8]) -> Result<usize, Error> {
+    let mut archive = tar::Archive::new(std::io::Cursor::new(bytes));
+    let entries = archive
+        .entries_with_seek()
+        .map_err(|e| Error::io("fuzz.tar", e))?;
+    index_shard(entries, "fuzz.tar", bytes.len() as u64).map(|f| f.len())
+}
+
+/// `("dir/KEY", "ext")` for `dir/KEY.ext`: the key is the path up to the first `.` of the
+/// file name (WebDataset's rule), the extension the rest.
+fn split_member(member: &str) -> (&str, &str) {
+    let name_start = member.rfind('/').map_or(0, |i| i + 1);
+    match member[name_start..].find('.') {
+        Some(dot) => (&member[..name_start + dot], &member[name_start + dot + 1..]),
+        None => (member, ""),
+    }
+}
+
+/// Indexes shards in parallel (`index_one(k)` indexes shard `k`) and assembles the source.
+fn assemble(
+    mut shards: Vec<Shard>,
+    base: PathBuf,
+    origin: PathBuf,
+    index_one: impl Fn(usize) -> Result<Vec<Found>, Error> + Sync,
+    #[cfg(feature = "remote")] store: Option<std::sync::Arc<crate::remote::Store>>,
+) -> Result<Source, Error> {
+    if shards.is_empty() {
+        return Err(Error::source(origin, "no tar shards"));
+    }
+    type Slot = Mutex<Option<Result<Vec<Found>, Error>>>;
+    let results: Vec<Slot> = shards.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..INDEX_THREADS.min(shards.len()) {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= results.len() {
+                    break;
+                }
+                let r = index_one(k);
+                let failed = r.is_err();
+                *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                if failed {
+                    next.store(results.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let mut file_index = FileIndex::with_origin(origin.clone(), base.clone());
+    let (mut shard_of, mut offset, mut len) = (Vec::new(), Vec::new(), Vec::new());
+    let mut labels: Vec<Option<u32>> = Vec::new();
+    let mut names: Vec<(usize, String)> = Vec::new();
+    for (k, slot) in results.into_iter().enumerate() {
+        let found = match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(r) => r?,
+            None => continue, // not reached: an earlier shard failed and returned above
+        };
+        let first = shard_of.len();
+        let rel_shard = relative_name(&shards[k].name, &base);
+        for f in found {
+            let mut name = rel_shard.clone();
+            name.push('[');
+            name.push_str(&f.member);
+            name.push(']');
+            file_index.push(name.as_bytes(), 0);
+            shard_of.push(k as u32);
+            offset.push(f.offset);
+            len.push(f.len);
+            if f.label.is_none() {
+                names.push((shard_of.len() - 1, f.member.clone()));
+            }
+            labels.push(f.label);
+        }
+        if shard_of.len() > u32::MAX as usize {
+            return Err(Error::source(origin, "more than 2^32-1 samples"));
+        }
+        shards[k].first = first as u32;
+        shards[k].count = (shard_of.len() - first) as u32;
+    }
+    if shard_of.is_empty() {
+        return Err(Error::source(
+            origin,
+            "the shards hold no image member (KEY.jpg, KEY.jpeg or KEY.png)",
+        ));
+    }
+    let labeled = labels.iter().filter(|l| l.is_some()).count();
+    if labeled == 0 {
+        log::warn!(
+            "{}: no sample has a KEY.cls member: every label is 0",
+            origin.display()
+        );
+    } else if labeled < labels.len() {
+        let (i, member) = &names[0];
+        return Err(Error::source(
+            &shards[shard_of[*i] as usize].name,
+            format!(
+                "`{member}` has no .cls label, while {labeled} of {} samples have one",
+                labels.len()
+            ),
+        ));
+    }
+    let mut index = FileIndex::with_origin(origin, base);
+    for (i, l) in labels.iter().enumerate() {
+        index.push(file_index.raw_path(i), l.unwrap_or(0));
+    }
+    index.shrink();
+    shard_of.shrink_to_fit();
+    offset.shrink_to_fit();
+    len.shrink_to_fit();
+    let tar = TarIndex {
+        shards,
+        shard_of,
+        offset,
+        len,
+        #[cfg(feature = "remote")]
+        store,
+    };
+    Ok(Source {
+        index,
+        backing: Backing::Tar(std::sync::Arc::new(tar)),
+    })
+}
+
+fn relative_name(name: &str, base: &Path) -> String {
+    let b = base.to_string_lossy();
+    if b.is_empty() {
+        return name.to_string();
+    }
+    name.strip_prefix(&*b)
+        .map(|r| r.trim_start_matches('/').to_string())
+        .unwrap_or_else(|| name.to_string())
+}
+
+/// Indexes local shards.
+pub(crate) fn index_local(paths: &[PathBuf]) -> Result<Source, Error> {
+    let mut shards = Vec::with_capacity(paths.len());
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
+        if !meta.is_file() {
+            return Err(Error::io(
+                p,
+                std::io::Error::other("is not a regular file (expected a .tar shard)"),
+            ));
+        }
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        shards.push(Shard {
+            location: ShardLocation::Local(p.clone()),
+            name: p.to_string_lossy().into_owned(),
+            size: meta.len(),
+            mtime,
+            first: 0,
+            count: 0,
+        });
+    }
+    let parent = |p: &PathBuf| p.parent().map(Path::to_path_buf).unwrap_or_default();
+    let base = match paths.first() {
+        Some(first) if paths.iter().all(|p| parent(p) == parent(first)) => parent(first),
+        _ => PathBuf::new(),
+    };
+    let origin = if paths.len() == 1 {
+        paths[0].clone()
+    } else {
+        base.clone()
+    };
+    let sizes: Vec<u64> = shards.iter().map(|s| s.size).collect();
+    assemble(
+        shards,
+        base,
+        origin,
+        |k| {
+            let p = &paths[k];
+            let f = std::fs::File::open(p).map_err(|e| Error::io(p, e))?;
+            let mut archive = tar::Archive::new(std::io::BufReader::new(f));
+            let entries = archive.entries_with_seek().map_err(|e| Error::io(p, e))?;
+            index_shard(entries, &p.to_string_lossy(), sizes[k])
+        },
+        #[cfg(feature = "remote")]
+        None,
+    )
+}
+
+/// Opens a source in object storage (see [`Source::from_url_with`]).
+#[cfg(feature = "remote")]
+pub(crate) fn open_remote(
+    url: &str,
+    options: crate::source::RemoteOptions,
+) -> Result<Source, Error> {
+    use std::sync::Arc;
+
+    use crate::remote::Store;
+    use crate::source::{join_key, ObjectIndex};
+
+    let (store, key) = Store::connect(url, options)?;
+    let store = Arc::new(store);
+    let shard = |key: String, size: u64, mtime: i64| Shard {
+        name: store.url_of(&key),
+        location: ShardLocation::Remote(key),
+        size,
+        mtime: mtime as u128,
+        first: 0,
+        count: 0,
+    };
+    let remote_shards = |shards: Vec<Shard>, base: String, sidecars: Vec<bool>| {
+        let sizes: Vec<(String, u64, String)> = shards
+            .iter()
+            .map(|s| match &s.location {
+                ShardLocation::Remote(k) => (k.clone(), s.size, s.name.clone()),
+                ShardLocation::Local(_) => (String::new(), 0, s.name.clone()),
+            })
+            .collect();
+        let st = store.clone();
+        assemble(
+            shards,
+            PathBuf::from(store.url_of(&base)),
+            PathBuf::from(url),
+            move |k| {
+                let (key, size, name) = &sizes[k];
+                if *size == 0 {
+                    return Err(Error::source(name, "empty object: not a tar shard"));
+                }
+                // A sidecar index written by `imagefeed shards`: a few kilobytes instead of
+                // the whole shard. One that does not match the shard is ignored.
+                if sidecars[k] {
+                    let idx = sidecar_name(key);
+                    match st
+                        .get(&idx, 64 << 20)
+                        .map_err(|e| e.to_string())
+                        .and_then(|d| parse_sidecar(&d, *size))
+                    {
+                        Ok(found) => return Ok(found),
+                        Err(why) => log::warn!(
+                            "{}: ignoring the index ({why}); reading the shard to index it",
+                            st.url_of(&idx)
+                        ),
+                    }
+                }
+                let reader = st.range_reader(key, 0, *size)?;
+                let mut archive = tar::Archive::new(std::io::BufReader::new(reader));
+                let entries = archive.entries().map_err(|e| Error::io(name, e))?;
+                index_shard(entries, name, *size)
+            },
+            Some(store.clone()),
+        )
+    };
+    if is_tar_name(&key) {
+        let (size, mtime) = store.head(&key)?;
+        let sidecar = store.head(&sidecar_name(&key)).is_ok();
+        return remote_shards(
+            vec![shard(key.clone(), size, mtime)],
+            parent_key(&key),
+            vec![sidecar],
+        );
+    }
+    if key.to_ascii_lowercase().ends_with(".txt") {
+        let data = store.get(&key, 1 << 30)?;
+        let parent = parent_key(&key);
+        let index =
+            crate::source::parse_list(Path::new(url), PathBuf::from(store.url_of(&parent)), &data)?;
+        let stamps = vec![(0, 0); index.len()];
+        return Ok(Source {
+            index,
+            backing: Backing::Objects(Arc::new(ObjectIndex {
+                store: store.clone(),
+                prefix: parent,
+                stamps,
+            })),
+        });
+    }
+    let listed = store.list(&key)?;
+    let tars: Vec<_> = listed.iter().filter(|o| is_tar_name(&o.key)).collect();
+    if !tars.is_empty() {
+        let keys: std::collections::HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+        let sidecars = tars
+            .iter()
+            .map(|o| keys.contains(sidecar_name(&o.key).as_str()))
+            .collect();
+        let shards = tars
+            .into_iter()
+            .map(|o| shard(join_key(&key, &o.key), o.size, o.mtime))
+            .collect();
+        return remote_shards(shards, key.clone(), sidecars);
+    }
+    // Images: class "folders" (first key component) when there are any.
+    let images: Vec<_> = listed
+        .iter()
+        .filter(|o| crate::source::has_image_extension(Path::new(&o.key)))
+        .filter(|o| !o.key.split('/').any(|c| c.starts_with('.')))
+        .collect();
+    if images.is_empty() {
+        return Err(Error::source(
+            url,
+            format!(
+                "no .tar, .jpg, .jpeg or .png object under this prefix ({} objects listed)",
+                listed.len()
+            ),
+        ));
+    }
+    let in_classes = images.iter().filter(|o| o.key.contains('/')).count();
+    let mut classes: Vec<&str> = images
+        .iter()
+        .filter_map(|o| o.key.split_once('/').map(|(c, _)| c))
+        .collect();
+    classes.sort_unstable();
+    classes.dedup();
+    let mut index = FileIndex::with_origin(PathBuf::from(url), PathBuf::from(store.url_of(&key)));
+    let mut stamps = Vec::with_capacity(images.len());
+    if in_classes > 0 {
+        if in_classes < images.len() {
+            log::warn!(
+                "{url}: {} image(s) directly under the prefix are ignored: the others are in class folders",
+                images.len() - in_classes
+            );
+        }
+        for o in images.iter().filter(|o| o.key.contains('/')) {
+            let class = o.key.split('/').next().unwrap_or_default();
+            let label = classes.binary_search(&class).unwrap_or(0) as u32;
+            index.push(o.key.as_bytes(), label);
+            stamps.push((o.size, o.mtime));
+        }
+        index.class_names = Some(classes.iter().map(|c| c.to_string()).collect());
+    } else {
+        for o in &images {
+            index.push(o.key.as_bytes(), 0);
+            stamps.push((o.size, o.mtime));
+        }
+    }
+    crate::source::check_count(&index)?;
+    index.shrink();
+    Ok(Source {
+        index,
+        backing: Backing::Objects(Arc::new(ObjectIndex {
+            store,
+            prefix: key,
+            stamps,
+        })),
+    })
+}
+
+#[cfg(feature = "remote")]
+fn parent_key(key: &str) -> String {
+    key.rsplit_once('/')
+        .map(|(p, _)| p.to_string())
+        .unwrap_or_default()
+}
+
+/// What [`write_shards`] wrote.
+#[derive(Debug, Clone)]
+pub struct ShardsWritten {
+    /// The shard files, in order.
+    pub shards: Vec<PathBuf>,
+    /// Samples written.
+    pub samples: u64,
+    /// Image bytes written (without tar headers and labels).
+    pub bytes: u64,
+}
+
+/// Writes `source` as tar shards in the WebDataset layout into `out_dir` (created if
+/// missing): `shard-000000.tar`, `shard-000001.tar`, … of `shard_size` samples each. Sample
+/// `i` of the source (in a seeded random order when `shuffle_seed` is given, which a shuffle
+/// buffer of a few shards then mixes well; in source order otherwise) becomes the members
+/// `KKKKKKKKK.jpg` (the original bytes, with the original extension) and `KKKKKKKKK.cls` (its
+/// label), where `KKKKKKKKK` is `i`, zero-padded: a key always leads back to the source's
+/// sample.
+///
+/// Each shard is written to `NAME.partial` and renamed when complete, so a shard file is
+/// never half-written. Existing shards are never overwritten: `out_dir` must not hold any
+/// `shard-*.tar` file.
+///
+/// ```
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// use imagefeed::{write_shards, Source};
+/// let source = Source::from_dir("testdata/classes")?;
+/// let out = tempfile::tempdir().unwrap();
+/// let written = write_shards(&source, out.path(), 4, Some(0))?;
+/// assert_eq!(written.samples as usize, source.len());
+/// let shards = Source::open(out.path())?;
+/// assert_eq!(shards.len(), source.len());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a `shard_size` of 0,
+/// [`ErrorKind::Source`](crate::ErrorKind::Source) if `out_dir` already holds shards, and the
+/// error naming the sample or shard file when a sample cannot be read or a shard written (the
+/// shard being written is removed; the complete ones stay).
+pub fn write_shards(
+    source: &Source,
+    out_dir: impl AsRef<Path>,
+    shard_size: usize,
+    shuffle_seed: Option<u64>,
+) -> Result<ShardsWritten, Error> {
+    let out_dir = out_dir.as_ref();
+    if shard_size == 0 {
+        return Err(Error::config("shard_size", "must be at least 1"));
+    }
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    for entry in std::fs::read_dir(out_dir).map_err(|e| Error::io(out_dir, e))? {
+        let entry = entry.map_err(|e| Error::io(out_dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = is_tar_name(&name)
+            || [".tar.partial", ".tar.idx", ".tar.idx.partial"]
+                .iter()
+                .any(|suffix| name.ends_with(suffix));
+        if name.starts_with("shard-") && ours {
+            return Err(Error::source(
+                out_dir,
+                format!("already holds shards (`{name}`); choose an empty folder"),
+            ));
+        }
+    }
+    let n = source.len();
+    let order: Vec<u32> = match shuffle_seed {
+        Some(seed) => crate::rng::permutation(
+            n as u32,
+            &mut crate::rng::Rng::for_stage(seed, 0, crate::rng::STAGE_PERMUTATION),
+        ),
+        None => (0..n as u32).collect(),
+    };
+    let limit = 256u64 << 20;
+    let mut written = ShardsWritten {
+        shards: Vec::new(),
+        samples: 0,
+        bytes: 0,
+    };
+    for (k, chunk) in order.chunks(shard_size).enumerate() {
+        let final_path = out_dir.join(format!("shard-{k:06}.tar"));
+        let partial = out_dir.join(format!("shard-{k:06}.tar.partial"));
+        let result = (|| -> Result<(u64, Vec<Found>), Error> {
+            let file = std::fs::File::create(&partial).map_err(|e| Error::io(&partial, e))?;
+            let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
+            let mut bytes = 0u64;
+            // Where each image's data lands: one 512-byte ustar header, then the data padded
+            // to 512 bytes (names are short: no extension headers).
+            let mut at = 0u64;
+            let mut found = Vec::with_capacity(chunk.len());
+            let block = |n: u64| n.div_ceil(512) * 512;
+            for &i in chunk {
+                let i = i as usize;
+                let data = source.read_sample(i, limit)?;
+                let ext = sample_extension(source, i, &data);
+                let key = format!("{i:09}");
+                let member = format!("{key}.{ext}");
+                append(&mut builder, &member, &data, &partial)?;
+                let label = source.index.label(i);
+                found.push(Found {
+                    member,
+                    offset: at + 512,
+                    len: data.len() as u64,
+                    label: Some(label),
+                });
+                let text = label.to_string();
+                at += 512 + block(data.len() as u64);
+                append(
+                    &mut builder,
+                    &format!("{key}.cls"),
+                    text.as_bytes(),
+                    &partial,
+                )?;
+                at += 512 + block(text.len() as u64);
+                bytes += data.len() as u64;
+            }
+            let inner = builder.into_inner().map_err(|e| Error::io(&partial, e))?;
+            let file = inner
+                .into_inner()
+                .map_err(|e| Error::io(&partial, e.into_error()))?;
+            file.sync_all().map_err(|e| Error::io(&partial, e))?;
+            Ok((bytes, found))
+        })();
+        match result {
+            Ok((bytes, found)) => {
+                std::fs::rename(&partial, &final_path).map_err(|e| Error::io(&final_path, e))?;
+                write_sidecar(&final_path, &found)?;
+                written.samples += chunk.len() as u64;
+                written.bytes += bytes;
+                written.shards.push(final_path);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                return Err(e);
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// The sidecar index of a shard: `NAME.tar.idx` next to `NAME.tar`.
+fn sidecar_name(shard: &str) -> String {
+    format!("{shard}.idx")
+}
+
+const SIDECAR_MAGIC: &str = "imagefeed-tar-index-v1";
+
+/// Writes `SHARD.idx`: what indexing `shard` would find, so that opening it in object
+/// storage reads a few kilobytes instead of the whole shard. Written only if it matches what
+/// indexing the shard finds (checked now, seeking over the data).
+fn write_sidecar(shard: &Path, found: &[Found]) -> Result<(), Error> {
+    use std::io::Write;
+    let size = std::fs::metadata(shard)
+        .map_err(|e| Error::io(shard, e))?
+        .len();
+    let name = sidecar_name(&shard.to_string_lossy());
+    let path = PathBuf::from(&name);
+    let mut text = format!("{SIDECAR_MAGIC} size={size} samples={}\n", found.len());
+    for f in found {
+        let label = f.label.map_or_else(|| "-".to_string(), |l| l.to_string());
+        text.push_str(&format!("{}\t{}\t{label}\t{}\n", f.offset, f.len, f.member));
+    }
+    // Write it only if it says what indexing the shard finds (and parses back).
+    let f = std::fs::File::open(shard).map_err(|e| Error::io(shard, e))?;
+    let mut archive = tar::Archive::new(std::io::BufReader::new(f));
+    let entries = archive
+        .entries_with_seek()
+        .map_err(|e| Error::io(shard, e))?;
+    // (A shard that does not index back gets no sidecar; opening it will say what is wrong.)
+    let indexed = index_shard(entries, &shard.to_string_lossy(), size).unwrap_or_default();
+    let same = |a: &[Found], b: &[Found]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                (x.offset, x.len, x.label, &x.member) == (y.offset, y.len, y.label, &y.member)
+            })
+    };
+    let parsed = parse_sidecar(text.as_bytes(), size).unwrap_or_default();
+    if !same(&indexed, found) || !same(&parsed, found) {
+        log::warn!(
+            "{}: not writing a sidecar index that would not match",
+            shard.display()
+        );
+        return Ok(());
+    }
+    let partial = PathBuf::from(format!("{name}.partial"));
+    let written = std::fs::File::create(&partial).and_then(|mut file| {
+        file.write_all(text.as_bytes())?;
+        file.sync_all()
+    });
+    written
+        .and_then(|()| std::fs::rename(&partial, &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            Error::io(&path, e)
+        })
+}
+
+/// Parses a sidecar index for a shard of `size` bytes.
+fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String> {
+    let text = std::str::from_utf8(data).map_err(|_| "not UTF-8".to_string())?;
+    let mut lines = text.lines();
+    let head = lines.next().unwrap_or_default();
+    let mut words = head.split(' ');
+    if words.next() != Some(SIDECAR_MAGIC) {
+        return Err("not an imagefeed tar index".into());
+    }
+    let field = |w: Option<&str>, key: &str| -> Result<u64, String> {
+        w.and_then(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("bad header field {key}"))
+    };
+    let indexed_size = field(words.next(), "size=")?;
+    let samples = field(words.next(), "samples=")?;
+    if indexed_size != size {
+        return Err(format!(
+            "made for a {indexed_size}-byte shard, the shard has {size} bytes"
+        ));
+    }
+    let mut out = Vec::new();
+    let mut end = 0u64;
+    for (n, line) in lines.enumerate() {
+        let bad = || format!("line {}: malformed", n + 2);
+        let mut parts = line.splitn(4, '\t');
+        let offset: u64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+        let len: u64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+        let label = match parts.next().ok_or_else(bad)? {
+            "-" => None,
+            v => Some(v.parse::<u32>().map_err(|_| bad())?),
+        };
+        let member = parts.next().ok_or_else(bad)?.to_string();
+        // Members lie in order, after a header, within the shard.
+        if offset < end + 512 || offset.checked_add(len).is_none_or(|e| e > size) {
+            return Err(format!("line {}: member `{member}` out of place", n + 2));
+        }
+        end = offset + len;
+        out.push(Found {
+            member,
+            offset,
+            len,
+            label,
+        });
+    }
+    if out.len() as u64 != samples {
+        return Err(format!(
+            "{} samples listed, the header says {samples}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+fn append<W: std::io::Write>(
+    builder: &mut tar::Builder<W>,
+    name: &str,
+    data: &[u8],
+    shard: &Path,
+) -> Result<(), Error> {
+    let mut header = tar::Header::new_ustar();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder
+        .append_data(&mut header, name, data)
+        .map_err(|e| Error::io(shard, e))
+}
+
+/// The extension a sample's image member gets: the source file's (lower-cased) if it is an
+/// image extension, else from the bytes' signature.
+fn sample_extension(source: &Source, i: usize, data: &[u8]) -> &'static str {
+    let raw = String::from_utf8_lossy(source.index.raw_path(i)).to_ascii_lowercase();
+    for ext in ["jpeg", "jpg", "png"] {
+        if raw.ends_with(&format!(".{ext}")) {
+            return ext;
+        }
+    }
+    if data.starts_with(b"\x89PNG") {
+        "png"
+    } else {
+        "jpg"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_keys_follow_webdataset() {
+        assert_eq!(split_member("a/b/000012.jpg"), ("a/b/000012", "jpg"));
+        assert_eq!(split_member("x.seg.png"), ("x", "seg.png"));
+        assert_eq!(split_member("dir.v2/k.cls"), ("dir.v2/k", "cls"));
+        assert_eq!(split_member("noext"), ("noext", ""));
+    }
+
+    #[test]
+    fn sidecar_round_trips_and_refuses_what_does_not_fit() {
+        let found = vec![
+            Found {
+                member: "000000001.jpg".into(),
+                offset: 512,
+                len: 700,
+                label: Some(3),
+            },
+            Found {
+                member: "000000002.png".into(),
+                offset: 2560,
+                len: 10,
+                label: None,
+            },
+        ];
+        let mut text = format!("{SIDECAR_MAGIC} size=4096 samples=2\n");
+        for f in &found {
+            let l = f.label.map_or("-".to_string(), |l| l.to_string());
+            text.push_str(&format!("{}\t{}\t{l}\t{}\n", f.offset, f.len, f.member));
+        }
+        let back = parse_sidecar(text.as_bytes(), 4096).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!((back[1].offset, back[1].label), (2560, None));
+        assert!(
+            parse_sidecar(text.as_bytes(), 4095).is_err(),
+            "another shard size"
+        );
+        assert!(
+            parse_sidecar(text.replace("2560", "900").as_bytes(), 4096).is_err(),
+            "overlap"
+        );
+        assert!(parse_sidecar(text.replace("samples=2", "samples=3").as_bytes(), 4096).is_err());
+        assert!(parse_sidecar(b"junk", 4096).is_err());
+        assert!(parse_sidecar(text.replace("\t3\t", "\tx\t").as_bytes(), 4096).is_err());
+    }
+
+    #[test]
+    fn urls_and_tar_names() {
+        assert!(looks_like_url("s3://b/p"));
+        assert!(looks_like_url("https://h/x"));
+        assert!(!looks_like_url("data/train.txt"));
+        assert!(!looks_like_url("/x://y"));
+        assert!(is_tar_name("a/shard-0.TAR"));
+        assert!(!is_tar_name(".tar"));
+        assert!(!is_tar_name("x.tar.gz"));
+    }
+}

@@ -1,0 +1,467 @@
+//! Tar shards in the WebDataset layout (issue 7): writing them, reading them as streams,
+//! sharding and resuming over them, and hostile archives.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use imagefeed::{
+    write_shards, Batch, Dtype, ErrorKind, Loader, LoaderState, OnError, Source, SourceKind,
+};
+
+use crate::common::{corpus, subset};
+
+/// The original sample index a shard sample's key encodes (`…[000000042.jpg]`).
+fn key_of(source: &Source, i: usize) -> usize {
+    let p = source.path(i).unwrap().to_string_lossy().into_owned();
+    let member = p.rsplit('[').next().unwrap();
+    member.split('.').next().unwrap().parse().unwrap()
+}
+
+fn shards_of(n: usize, shard_size: usize) -> (Source, tempfile::TempDir) {
+    let full = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
+    let source = subset(&full, n);
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_shards(&source, dir.path(), shard_size, Some(3)).unwrap();
+    assert_eq!(written.samples as usize, n);
+    assert_eq!(written.shards.len(), n.div_ceil(shard_size));
+    (source, dir)
+}
+
+#[test]
+fn issue_7_shards_round_trip_every_sample_with_its_label_and_pixels() {
+    let (files, dir) = shards_of(64, 10);
+    let tar = Source::open(dir.path()).unwrap();
+    assert_eq!(tar.kind(), SourceKind::TarShards);
+    assert_eq!(tar.len(), files.len());
+    let mut keys = BTreeSet::new();
+    for i in 0..tar.len() {
+        let k = key_of(&tar, i);
+        assert_eq!(tar.label(i), files.label(k), "sample {i} (key {k})");
+        keys.insert(k);
+    }
+    assert_eq!(keys.len(), 64, "every source sample once");
+    // Same pixels as decoding the original files.
+    let load = |s: Source| -> Vec<Batch> {
+        Loader::builder(s)
+            .image_size(32)
+            .batch_size(8)
+            .shuffle(false)
+            .dtype(Dtype::U8)
+            .build()
+            .unwrap()
+            .epoch(0)
+            .map(|b| b.unwrap())
+            .collect()
+    };
+    let from_files = load(files.clone());
+    let from_tar = load(tar.clone());
+    let sample = 32 * 32 * 3;
+    let pixels = |batches: &[Batch], i: usize| -> Vec<u8> {
+        let b = &batches[i / 8];
+        b.as_u8().unwrap()[(i % 8) * sample..(i % 8 + 1) * sample].to_vec()
+    };
+    for i in 0..tar.len() {
+        assert_eq!(from_tar[i / 8].indices()[i % 8], i as u64);
+        assert_eq!(
+            pixels(&from_tar, i),
+            pixels(&from_files, key_of(&tar, i)),
+            "sample {i}"
+        );
+    }
+}
+
+#[test]
+fn issue_7_tar_epochs_visit_shards_in_a_seeded_order_and_shuffle_through_the_buffer() {
+    let (_, dir) = shards_of(40, 8);
+    let tar = Source::open(dir.path()).unwrap();
+    let order = |seed: u64, epoch: u64, buffer: usize| -> Vec<u64> {
+        Loader::builder(tar.clone())
+            .image_size(16)
+            .batch_size(4)
+            .seed(seed)
+            .shuffle_buffer(buffer)
+            .build()
+            .unwrap()
+            .epoch(epoch)
+            .flat_map(|b| b.unwrap().indices().to_vec())
+            .collect()
+    };
+    let a = order(1, 0, 0);
+    assert_eq!(a.len(), 40);
+    assert_eq!(a.iter().copied().collect::<BTreeSet<_>>().len(), 40);
+    // Without a buffer, shards are read whole, in member order.
+    for chunk in a.chunks(8) {
+        assert_eq!(chunk[0] % 8, 0);
+        assert!(chunk.windows(2).all(|w| w[1] == w[0] + 1), "{chunk:?}");
+    }
+    assert_ne!(a, (0..40).collect::<Vec<u64>>(), "shard order is shuffled");
+    assert_eq!(a, order(1, 0, 0), "deterministic");
+    assert_ne!(a, order(1, 1, 0), "another epoch, another shard order");
+    // The shuffle buffer mixes samples across shards.
+    let mixed = order(1, 0, 16);
+    assert_eq!(mixed.iter().copied().collect::<BTreeSet<_>>().len(), 40);
+    assert_ne!(mixed, a);
+    assert_eq!(mixed, order(1, 0, 16));
+}
+
+#[test]
+fn issue_7_eight_ranks_over_tar_shards_are_disjoint_complete_and_equal_in_batches() {
+    for (n, shard_size) in [(64usize, 10usize), (61, 7), (19, 4)] {
+        let (_, dir) = shards_of(n, shard_size);
+        let tar = Source::open(dir.path()).unwrap();
+        for (seed, bs) in [(1u64, 4usize), (2, 3)] {
+            for epoch in 0..2 {
+                let mut all = Vec::new();
+                let mut counts = BTreeSet::new();
+                for rank in 0..8 {
+                    let l = Loader::builder(tar.clone())
+                        .image_size(16)
+                        .batch_size(bs)
+                        .seed(seed)
+                        .shuffle_buffer(5)
+                        .shard(rank, 8)
+                        .build()
+                        .unwrap();
+                    let b: Vec<Batch> = l.epoch(epoch).map(|b| b.unwrap()).collect();
+                    assert_eq!(b.len(), l.batches_per_epoch());
+                    counts.insert(b.len());
+                    all.push(
+                        b.iter()
+                            .flat_map(|b| b.indices().to_vec())
+                            .collect::<Vec<_>>(),
+                    );
+                }
+                assert_eq!(counts.len(), 1, "n={n}: batch counts {counts:?}");
+                let union: BTreeSet<u64> = all.iter().flatten().copied().collect();
+                assert_eq!(union, (0..n as u64).collect(), "n={n}: not complete");
+                let total: usize = all.iter().map(Vec::len).sum();
+                assert!(total - union.len() < 8, "n={n}: too many repeats");
+            }
+        }
+    }
+}
+
+#[test]
+fn issue_7_tar_resume_delivers_exactly_the_rest() {
+    let (_, dir) = shards_of(64, 9);
+    let tar = Source::open(dir.path()).unwrap();
+    for buffer in [0usize, 6] {
+        let make = || {
+            Loader::builder(tar.clone())
+                .image_size(16)
+                .batch_size(1)
+                .seed(4)
+                .shuffle_buffer(buffer)
+                .build()
+                .unwrap()
+        };
+        let reference: Vec<u64> = make()
+            .epoch(2)
+            .flat_map(|b| b.unwrap().indices().to_vec())
+            .collect();
+        // Cuts while the buffer fills, in the middle, and while it drains at the end.
+        for cut in [1usize, 5, 37, 59, 63] {
+            let loader = make();
+            let mut it = loader.epoch(2);
+            let mut got = Vec::new();
+            for _ in 0..cut {
+                got.extend_from_slice(it.next().unwrap().unwrap().indices());
+            }
+            let state: LoaderState = it.state().to_string().parse().unwrap();
+            drop(it);
+            got.extend(
+                make()
+                    .resume(&state)
+                    .flat_map(|b| b.unwrap().indices().to_vec()),
+            );
+            assert_eq!(got, reference, "buffer {buffer}, cut after {cut}");
+        }
+    }
+}
+
+#[test]
+fn issue_7_tar_resume_with_a_buffer_and_skipped_samples_is_exact() {
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..30).map(|i| format!("{i:03}")).collect();
+    let mut members: Vec<(String, Vec<u8>)> = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let data = if i % 7 == 3 {
+            b"broken".to_vec()
+        } else {
+            jpg.clone()
+        };
+        members.push((format!("{n}.jpg"), data));
+        members.push((format!("{n}.cls"), (i % 5).to_string().into_bytes()));
+    }
+    for (k, chunk) in members.chunks(20).enumerate() {
+        let m: Vec<(&str, &[u8])> = chunk
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
+        write(dir.path(), &format!("s{k}.tar"), &tar_of(&m));
+    }
+    let tar = Source::open(dir.path()).unwrap();
+    let make = || {
+        Loader::builder(tar.clone())
+            .image_size(16)
+            .batch_size(2)
+            .seed(9)
+            .shuffle_buffer(5)
+            .on_error(OnError::SKIP_ALL)
+            .build()
+            .unwrap()
+    };
+    let reference: Vec<u64> = make()
+        .epoch(0)
+        .flat_map(|b| b.unwrap().indices().to_vec())
+        .collect();
+    assert_eq!(reference.len(), 30 - 4);
+    for cut in [1usize, 4, 8, 12] {
+        let loader = make();
+        let mut it = loader.epoch(0);
+        let mut got = Vec::new();
+        for _ in 0..cut {
+            got.extend_from_slice(it.next().unwrap().unwrap().indices());
+        }
+        let state: LoaderState = it.state().to_string().parse().unwrap();
+        drop(it);
+        got.extend(
+            make()
+                .resume(&state)
+                .flat_map(|b| b.unwrap().indices().to_vec()),
+        );
+        assert_eq!(got, reference, "cut after {cut} batches");
+    }
+}
+
+#[test]
+fn issue_7_tar_source_with_a_cache_replays_from_the_cache() {
+    let (_, dir) = shards_of(20, 6);
+    let tar = Source::open(dir.path()).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let l = Loader::builder(tar)
+        .image_size(16)
+        .batch_size(4)
+        .dtype(Dtype::U8)
+        .cache(cache.path().join("c.bin"))
+        .build()
+        .unwrap();
+    let first: Vec<Batch> = l.epoch(0).map(|b| b.unwrap()).collect();
+    let second: Vec<Batch> = l.epoch(0).map(|b| b.unwrap()).collect();
+    assert_eq!(l.stats().cache_hits, 20);
+    for (a, b) in first.iter().zip(&second) {
+        assert_eq!(a.indices(), b.indices());
+        assert_eq!(a.as_u8().unwrap(), b.as_u8().unwrap());
+    }
+}
+
+#[test]
+fn issue_7_write_shards_never_overwrites() {
+    let (source, dir) = shards_of(12, 5);
+    let before = std::fs::read(dir.path().join("shard-000000.tar")).unwrap();
+    let e = write_shards(&source, dir.path(), 5, None).unwrap_err();
+    assert!(e.to_string().contains("already holds shards"), "{e}");
+    assert_eq!(
+        std::fs::read(dir.path().join("shard-000000.tar")).unwrap(),
+        before
+    );
+    assert!(write_shards(&source, dir.path().join("sub"), 0, None).is_err());
+    // A folder holding only a sidecar index of an earlier run is refused too.
+    let leftover = tempfile::tempdir().unwrap();
+    std::fs::write(leftover.path().join("shard-000000.tar.idx"), b"x").unwrap();
+    let e = write_shards(&source, leftover.path(), 5, None).unwrap_err();
+    assert!(e.to_string().contains("already holds shards"), "{e}");
+    assert_eq!(
+        std::fs::read(leftover.path().join("shard-000000.tar.idx")).unwrap(),
+        b"x"
+    );
+}
+
+#[test]
+fn issue_7_write_shards_names_a_missing_sample_and_keeps_no_partial_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = crate::common::testdata("photos/photo_0.jpg");
+    let source =
+        Source::from_entries([(good.clone(), 0), (dir.path().join("gone.jpg"), 1)]).unwrap();
+    let out = dir.path().join("out");
+    let e = write_shards(&source, &out, 10, None).unwrap_err();
+    assert!(e.to_string().contains("gone.jpg"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+    assert!(left.is_empty(), "no partial shard left: {left:?}");
+}
+
+/// A tar of `(name, bytes)` members.
+fn tar_of(members: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, data) in members {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, name, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+fn write(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, data).unwrap();
+    p
+}
+
+#[test]
+fn issue_7_hostile_shards_get_errors_naming_the_shard() {
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = tar_of(&[
+        ("a.jpg", &jpg),
+        ("a.cls", b"3"),
+        ("b.jpg", &jpg),
+        ("b.cls", b"4\n"),
+    ]);
+    // Truncated: cut inside the second image.
+    let cut = write(d, "cut.tar", &good[..good.len() / 2 + 700]);
+    let e = Source::from_tar_shards([&cut]).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e}");
+    assert!(
+        e.to_string().contains("cut.tar") && e.to_string().contains("truncated"),
+        "{e}"
+    );
+    // A label that is not a number.
+    let bad_cls = write(d, "cls.tar", &tar_of(&[("a.jpg", &jpg), ("a.cls", b"cat")]));
+    let e = Source::from_tar_shards([&bad_cls]).unwrap_err();
+    assert!(
+        e.to_string().contains("a.cls") && e.to_string().contains("`cat`"),
+        "{e}"
+    );
+    // A sample without a label among labeled ones.
+    let unlabeled = write(
+        d,
+        "mixed.tar",
+        &tar_of(&[("a.jpg", &jpg), ("a.cls", b"1"), ("b.jpg", &jpg)]),
+    );
+    let e = Source::from_tar_shards([&unlabeled]).unwrap_err();
+    assert!(
+        e.to_string().contains("b.jpg") && e.to_string().contains("no .cls"),
+        "{e}"
+    );
+    // Not a tar at all, and an archive without images.
+    let junk = write(d, "junk.tar", &[0x42u8; 3000]);
+    let e = Source::from_tar_shards([&junk]).unwrap_err();
+    assert!(e.to_string().contains("junk.tar"), "{e}");
+    let empty = write(d, "empty.tar", &tar_of(&[("x.json", b"{}")]));
+    let e = Source::from_tar_shards([&empty]).unwrap_err();
+    assert!(e.to_string().contains("no image member"), "{e}");
+    // Two images under one key.
+    let twice = write(d, "twice.tar", &tar_of(&[("a.jpg", &jpg), ("a.png", &jpg)]));
+    assert!(Source::from_tar_shards([&twice])
+        .unwrap_err()
+        .to_string()
+        .contains("two images"));
+    // Unlabeled shards are an unlabeled dataset: label 0.
+    let plain = write(d, "plain.tar", &tar_of(&[("a.jpg", &jpg), ("b.jpg", &jpg)]));
+    let s = Source::from_tar_shards([&plain]).unwrap();
+    assert_eq!((s.len(), s.label(1)), (2, Some(0)));
+}
+
+#[test]
+fn issue_7_a_corrupt_member_is_a_sample_error_naming_shard_and_member() {
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let shard = write(
+        dir.path(),
+        "s.tar",
+        &tar_of(&[
+            ("a.jpg", &jpg),
+            ("a.cls", b"0"),
+            ("b.jpg", b"not a jpeg"),
+            ("b.cls", b"1"),
+            ("c.jpg", &jpg),
+            ("c.cls", b"2"),
+        ]),
+    );
+    let source = Source::from_tar_shards([&shard]).unwrap();
+    let fail = Loader::builder(source.clone())
+        .image_size(16)
+        .batch_size(1)
+        .shuffle(false)
+        .build()
+        .unwrap();
+    let errors: Vec<_> = fail.epoch(0).filter_map(Result::err).collect();
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].to_string().contains("s.tar[b.jpg]"),
+        "{}",
+        errors[0]
+    );
+    let skip = Loader::builder(source)
+        .image_size(16)
+        .batch_size(1)
+        .shuffle(false)
+        .on_error(OnError::SKIP_ALL)
+        .build()
+        .unwrap();
+    let labels: Vec<u32> = skip
+        .epoch(0)
+        .flat_map(|b| b.unwrap().labels().to_vec())
+        .collect();
+    assert_eq!(labels, vec![0, 2]);
+    assert_eq!(skip.stats().skipped, 1);
+}
+
+#[test]
+fn issue_7_shards_command_writes_what_bench_reads() {
+    let out = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_imagefeed");
+    let list = corpus(64, 7).join("files.txt");
+    let shards = out.path().join("shards");
+    let st = std::process::Command::new(bin)
+        .args([
+            "shards",
+            list.to_str().unwrap(),
+            shards.to_str().unwrap(),
+            "--shard-size",
+            "20",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let names: BTreeSet<String> = std::fs::read_dir(&shards)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let expected: BTreeSet<String> = (0..4)
+        .flat_map(|k| [format!("shard-{k:06}.tar"), format!("shard-{k:06}.tar.idx")])
+        .collect();
+    assert_eq!(names, expected, "four shards, each with its sidecar index");
+    let indices = out.path().join("indices.txt");
+    let o = std::process::Command::new(bin)
+        .args([
+            "bench",
+            shards.to_str().unwrap(),
+            "--batch-size",
+            "8",
+            "--size",
+            "32",
+            "32",
+        ])
+        .args(["--indices-out", indices.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let seen: BTreeSet<u64> = std::fs::read_to_string(&indices)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(seen, (0..64).collect());
+    // Running it again into the same folder is refused; the shards stay.
+    let again = std::process::Command::new(bin)
+        .args(["shards", list.to_str().unwrap(), shards.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds shards"));
+}

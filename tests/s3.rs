@@ -1,0 +1,542 @@
+//! Object storage against a real S3 protocol server on loopback (issue 7): `moto` in server
+//! mode (`pip install 'moto[server]'`), started by these tests, never a mock of the client.
+//!
+//! A small TCP proxy sits between the client and the server. It adds `Connection: close` to
+//! every request (one request a connection, so it sees each one) and can, on demand, answer the
+//! next requests with `503 Slow Down` (the client must retry), deny them with `403`, or stop
+//! answering at all (the server is gone: the client must fail with a clear error, not hang).
+//!
+//! Without moto the tests print why and pass, unless `IMAGEFEED_REQUIRE_S3_TESTS=1` (set by
+//! `.ci/run`, which installs moto), where a missing server is a failure.
+#![cfg(feature = "remote")]
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use imagefeed::{
+    write_shards, Batch, Dtype, ErrorKind, Loader, OnError, RemoteOptions, Source, SourceKind,
+};
+
+/// The proxy's behaviour for the next requests.
+#[derive(Default)]
+struct Faults {
+    /// Answer this many requests with 503.
+    fail_next: AtomicUsize,
+    /// Answer every request with 403.
+    deny: AtomicBool,
+    /// Close every connection without an answer, and cut the open ones.
+    stopped: AtomicBool,
+    /// Requests seen (including failed ones).
+    requests: AtomicU64,
+}
+
+struct Server {
+    _moto: ChildGuard,
+    port: u16,
+    faults: Arc<Faults>,
+}
+
+struct ChildGuard(Child);
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Tests share one server and one set of environment variables; they run one at a time
+/// because the proxy's faults are global.
+fn server() -> Option<(&'static Server, MutexGuard<'static, ()>)> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = SERVER.get_or_init(start).as_ref();
+    match server {
+        Some(s) => {
+            s.faults.fail_next.store(0, Ordering::SeqCst);
+            s.faults.deny.store(false, Ordering::SeqCst);
+            s.faults.stopped.store(false, Ordering::SeqCst);
+            Some((s, guard))
+        }
+        None => {
+            let why = "S3 tests skipped: no `moto_server` (pip install 'moto[server]')";
+            if std::env::var_os("IMAGEFEED_REQUIRE_S3_TESTS").is_some() {
+                panic!("{why}, and IMAGEFEED_REQUIRE_S3_TESTS is set");
+            }
+            eprintln!("{why}");
+            None
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start() -> Option<Server> {
+    let moto_port = free_port();
+    // The server lives as long as this test process: a shell starts it and kills it when its
+    // stdin (a pipe from this process) closes, which happens however this process exits.
+    let program = if Command::new("moto_server")
+        .arg("--help")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        "moto_server"
+    } else if Command::new("python3")
+        .args(["-c", "import moto.server"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        "python3 -m moto.server"
+    } else {
+        return None;
+    };
+    let script = format!(
+        "{program} -H 127.0.0.1 -p {moto_port} >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid"
+    );
+    let child = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .ok()?;
+    let moto = ChildGuard(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", moto_port)).is_err() {
+        if Instant::now() > deadline {
+            panic!("moto_server did not start listening within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let faults = Arc::new(Faults::default());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let f = faults.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let f = f.clone();
+            std::thread::spawn(move || proxy(conn, moto_port, &f));
+        }
+    });
+    // The environment the client reads, as a user would set it.
+    std::env::set_var("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"));
+    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+    std::env::set_var("AWS_REGION", "us-east-1");
+    std::env::set_var("AWS_ALLOW_HTTP", "true");
+    let server = Server {
+        _moto: moto,
+        port,
+        faults,
+    };
+    upload_fixtures(&server);
+    Some(server)
+}
+
+fn read_head(conn: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if conn.read(&mut byte).ok()? == 0 || head.len() > 64 << 10 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    Some(head)
+}
+
+fn proxy(mut client: TcpStream, upstream_port: u16, faults: &Faults) {
+    let Some(head) = read_head(&mut client) else {
+        return;
+    };
+    faults.requests.fetch_add(1, Ordering::SeqCst);
+    if faults.stopped.load(Ordering::SeqCst) {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
+    let answer = |client: &mut TcpStream, status: &str, code: &str| {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error>"
+        );
+        let _ = write!(
+            client,
+            "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    };
+    if faults.deny.load(Ordering::SeqCst) {
+        return answer(&mut client, "403 Forbidden", "AccessDenied");
+    }
+    if faults
+        .fail_next
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return answer(&mut client, "503 Slow Down", "SlowDown");
+    }
+    // One request a connection: replace any Connection header with `close`.
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut rewritten = String::new();
+    for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+        if !line.to_ascii_lowercase().starts_with("connection:") {
+            rewritten.push_str(line);
+            rewritten.push_str("\r\n");
+        }
+    }
+    rewritten.push_str("Connection: close\r\n\r\n");
+    let Ok(mut upstream) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
+        return;
+    };
+    if upstream.write_all(rewritten.as_bytes()).is_err() {
+        return;
+    }
+    // Pipe both ways until either side closes, or the server is "stopped".
+    let pipe = |mut from: TcpStream, mut to: TcpStream, stopped: &AtomicBool| {
+        from.set_read_timeout(Some(Duration::from_millis(50))).ok();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            if stopped.load(Ordering::SeqCst) {
+                break;
+            }
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    };
+    let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+    std::thread::scope(|s| {
+        s.spawn(|| pipe(c2, u2, &faults.stopped));
+        pipe(upstream, client, &faults.stopped);
+    });
+}
+
+/// A plain HTTP request to the server (bypassing the proxy's faults only by timing: tests set
+/// none while uploading). Returns the status code.
+fn http(port: u16, method: &str, path: &str, body: &[u8]) -> u16 {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        c,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    c.write_all(body).unwrap();
+    let mut answer = String::new();
+    let _ = c.read_to_string(&mut answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn classes_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/classes")
+}
+
+/// `s3://imagefeed/classes/…` (class folders), `s3://imagefeed/classes/files.txt` (a list
+/// with one missing object), `s3://imagefeed/shards/shard-*.tar`, and a larger set for the
+/// stopping-server test: `many/` (six copies of the classes) and `many-shards/`.
+fn upload_fixtures(s: &Server) {
+    assert_eq!(http(s.port, "PUT", "/imagefeed", b""), 200, "create bucket");
+    let put = |key: &str, body: &[u8]| {
+        assert_eq!(
+            http(s.port, "PUT", &format!("/imagefeed/{key}"), body),
+            200,
+            "upload {key}"
+        );
+    };
+    let local = Source::from_dir(classes_dir()).unwrap();
+    let mut list = String::new();
+    let mut many = Vec::new();
+    for i in 0..local.len() {
+        let p = local.path(i).unwrap();
+        let rel = p
+            .strip_prefix(classes_dir())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let bytes = std::fs::read(&p).unwrap();
+        put(&format!("classes/{rel}"), &bytes);
+        list.push_str(&format!("{rel}\t{}\n", local.label(i).unwrap()));
+        for copy in 0..6 {
+            put(&format!("many/{rel}.{copy}.jpg"), &bytes);
+            many.push((p.clone(), local.label(i).unwrap()));
+        }
+    }
+    list.push_str("cat/missing.jpg\t0\n");
+    put("classes/files.txt", list.as_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_shards(&local, dir.path().join("a"), 4, Some(1)).unwrap();
+    for shard in &written.shards {
+        let name = shard.file_name().unwrap().to_string_lossy().into_owned();
+        let bytes = std::fs::read(shard).unwrap();
+        put(&format!("shards/{name}"), &bytes);
+        // With the sidecar indexes `imagefeed shards` writes, and (another prefix) with
+        // sidecars that do not match their shards.
+        let idx = std::fs::read(format!("{}.idx", shard.display())).unwrap();
+        put(&format!("shards/{name}.idx"), &idx);
+        put(&format!("bad-idx/{name}"), &bytes);
+        // A shard of the right size but not a tar, with a good sidecar: opening must not
+        // read the shard.
+        put(&format!("idx-only/{name}"), &vec![0x5a; bytes.len()]);
+        put(&format!("idx-only/{name}.idx"), &idx);
+        put(
+            &format!("bad-idx/{name}.idx"),
+            b"imagefeed-tar-index-v1 size=1 samples=0\n",
+        );
+    }
+    let many = Source::from_entries(many).unwrap();
+    let written = write_shards(&many, dir.path().join("b"), 4, Some(1)).unwrap();
+    for shard in &written.shards {
+        let name = shard.file_name().unwrap().to_string_lossy().into_owned();
+        put(
+            &format!("many-shards/{name}"),
+            &std::fs::read(shard).unwrap(),
+        );
+    }
+}
+
+fn quick() -> RemoteOptions {
+    RemoteOptions::default()
+        .retries(3)
+        .retry_timeout(Duration::from_secs(3))
+}
+
+fn load_u8(source: Source) -> Vec<Batch> {
+    Loader::builder(source)
+        .image_size(32)
+        .batch_size(4)
+        .shuffle(false)
+        .dtype(Dtype::U8)
+        .build()
+        .unwrap()
+        .epoch(0)
+        .map(|b| b.unwrap())
+        .collect()
+}
+
+fn pixels(batches: &[Batch]) -> Vec<u8> {
+    batches
+        .iter()
+        .flat_map(|b| b.as_u8().unwrap().to_vec())
+        .collect()
+}
+
+#[test]
+fn issue_7_s3_lists_class_folders_and_reads_the_same_pixels_as_local_files() {
+    let Some((_s, _guard)) = server() else { return };
+    let remote = Source::from_url_with("s3://imagefeed/classes", quick()).unwrap();
+    let local = Source::from_dir(classes_dir()).unwrap();
+    assert_eq!(remote.kind(), SourceKind::Objects);
+    assert_eq!(remote.len(), local.len());
+    assert_eq!(remote.class_names(), local.class_names());
+    for i in 0..local.len() {
+        assert_eq!(remote.label(i), local.label(i));
+    }
+    let first = remote.path(0).unwrap().to_string_lossy().into_owned();
+    assert!(first.starts_with("s3://imagefeed/classes/cat/"), "{first}");
+    assert_eq!(pixels(&load_u8(remote)), pixels(&load_u8(local)));
+}
+
+#[test]
+fn issue_7_s3_tar_shards_read_as_streams_match_local_shards() {
+    let Some((_s, _guard)) = server() else { return };
+    let remote = Source::open("s3://imagefeed/shards").unwrap();
+    assert_eq!(remote.kind(), SourceKind::TarShards);
+    let local_dir = tempfile::tempdir().unwrap();
+    let local = Source::from_dir(classes_dir()).unwrap();
+    write_shards(&local, local_dir.path(), 4, Some(1)).unwrap();
+    let local = Source::open(local_dir.path()).unwrap();
+    assert_eq!(remote.len(), local.len());
+    for i in 0..local.len() {
+        assert_eq!(remote.label(i), local.label(i));
+    }
+    assert!(remote
+        .path(0)
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("s3://imagefeed/shards/shard-000000.tar["));
+    assert_eq!(pixels(&load_u8(remote.clone())), pixels(&load_u8(local)));
+    // Shuffled, sharded over 3 ranks: disjoint, complete, equal batch counts.
+    let mut seen = Vec::new();
+    let mut counts = BTreeSet::new();
+    for rank in 0..3 {
+        let l = Loader::builder(remote.clone())
+            .image_size(16)
+            .batch_size(2)
+            .shuffle_buffer(4)
+            .shard(rank, 3)
+            .build()
+            .unwrap();
+        let b: Vec<Batch> = l.epoch(1).map(|b| b.unwrap()).collect();
+        counts.insert(b.len());
+        seen.extend(b.iter().flat_map(|b| b.indices().to_vec()));
+    }
+    assert_eq!(counts.len(), 1);
+    let union: BTreeSet<u64> = seen.iter().copied().collect();
+    assert_eq!(union, (0..local_len() as u64).collect());
+}
+
+#[test]
+fn issue_7_s3_tar_sidecar_indexes_spare_reading_the_shards_at_open() {
+    let Some((_s, _guard)) = server() else { return };
+    let local = Source::from_dir(classes_dir()).unwrap();
+    // The sidecar alone indexes the shards: their bytes are never read at open.
+    let indexed = Source::open("s3://imagefeed/idx-only").unwrap();
+    assert_eq!(indexed.len(), local.len());
+    // Sidecars that do not match are ignored: the shards are read instead, same result.
+    let with = Source::open("s3://imagefeed/shards").unwrap();
+    let without = Source::open("s3://imagefeed/bad-idx").unwrap();
+    assert_eq!(with.len(), without.len());
+    for i in 0..with.len() {
+        assert_eq!(with.label(i), without.label(i));
+    }
+    assert_eq!(pixels(&load_u8(with)), pixels(&load_u8(without)));
+}
+
+fn local_len() -> usize {
+    Source::from_dir(classes_dir()).unwrap().len()
+}
+
+#[test]
+fn issue_7_s3_list_file_and_a_missing_object_named_in_the_error() {
+    let Some((_s, _guard)) = server() else { return };
+    let source = Source::from_url_with("s3://imagefeed/classes/files.txt", quick()).unwrap();
+    assert_eq!(source.len(), local_len() + 1);
+    let fail = Loader::builder(source.clone())
+        .image_size(16)
+        .batch_size(1)
+        .shuffle(false)
+        .build()
+        .unwrap();
+    let errors: Vec<_> = fail.epoch(0).filter_map(Result::err).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert!(e.to_string().contains("missing.jpg"), "{e}");
+    match e.kind() {
+        ErrorKind::Io { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound, "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let skip = Loader::builder(source)
+        .image_size(16)
+        .batch_size(4)
+        .on_error(OnError::SKIP_ALL)
+        .build()
+        .unwrap();
+    let n: usize = skip.epoch(0).map(|b| b.unwrap().len()).sum();
+    assert_eq!(n, local_len());
+    assert_eq!(skip.stats().skipped, 1);
+    // A prefix with nothing under it, and a bucket that does not exist.
+    assert!(Source::from_url_with("s3://imagefeed/nothing-here", quick()).is_err());
+    let e = Source::from_url_with("s3://no-such-bucket/x", quick()).unwrap_err();
+    assert!(e.to_string().contains("s3://no-such-bucket"), "{e}");
+}
+
+#[test]
+fn issue_7_s3_transient_errors_are_retried() {
+    let Some((s, _guard)) = server() else { return };
+    let source = Source::from_url_with("s3://imagefeed/classes", quick()).unwrap();
+    let before = s.faults.requests.load(Ordering::SeqCst);
+    s.faults.fail_next.store(3, Ordering::SeqCst);
+    let batches = load_u8(source);
+    assert_eq!(batches.iter().map(Batch::len).sum::<usize>(), local_len());
+    assert_eq!(
+        s.faults.fail_next.load(Ordering::SeqCst),
+        0,
+        "the failures were served"
+    );
+    let requests = s.faults.requests.load(Ordering::SeqCst) - before;
+    assert!(requests >= local_len() as u64 + 3, "{requests} requests");
+}
+
+#[test]
+fn issue_7_s3_denied_access_is_a_clear_error() {
+    let Some((s, _guard)) = server() else { return };
+    s.faults.deny.store(true, Ordering::SeqCst);
+    let e = Source::from_url_with("s3://imagefeed/classes", quick()).unwrap_err();
+    s.faults.deny.store(false, Ordering::SeqCst);
+    assert!(e.to_string().contains("s3://imagefeed/classes"), "{e}");
+    match e.kind() {
+        ErrorKind::Io { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::PermissionDenied, "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn issue_7_s3_server_that_stops_ends_the_epoch_with_an_error_not_a_hang() {
+    let Some((s, _guard)) = server() else { return };
+    // 66 samples: more than the pipeline fetches ahead, so the stop is felt. Even when bad
+    // samples are skipped, a store that is gone ends the epoch (every next sample would fail).
+    for (url, on_error) in [
+        ("s3://imagefeed/many", OnError::Fail),
+        ("s3://imagefeed/many-shards", OnError::Fail),
+        ("s3://imagefeed/many", OnError::SKIP_ALL),
+        ("s3://imagefeed/many-shards", OnError::SKIP_ALL),
+    ] {
+        let source = Source::from_url_with(url, quick()).unwrap();
+        let loader = Loader::builder(source)
+            .image_size(16)
+            .batch_size(1)
+            .shuffle(false)
+            .prefetch(1)
+            .on_error(on_error)
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let mut it = loader.epoch(0);
+        assert!(it.next().unwrap().is_ok());
+        s.faults.stopped.store(true, Ordering::SeqCst);
+        let mut error = None;
+        for b in it.by_ref() {
+            if let Err(e) = b {
+                error = Some(e);
+                break;
+            }
+        }
+        drop(it);
+        s.faults.stopped.store(false, Ordering::SeqCst);
+        let e = error.unwrap_or_else(|| panic!("{url}: the epoch ended without an error"));
+        assert!(e.to_string().contains("s3://imagefeed/"), "{e}");
+        if on_error != OnError::Fail {
+            assert!(matches!(e.kind(), ErrorKind::Remote { .. }), "{url}: {e:?}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{url}: took {:?}",
+            started.elapsed()
+        );
+    }
+}
