@@ -1,9 +1,10 @@
-//! Resize and normalize, per image: 500×375 → 160×160 (the antialiased bilinear resize), and
+//! Resize and normalize, per image: 500×375 and 250×188 (a 500×375 JPEG at DCT scale 1/2) →
+//! 160×160 with each filter, and
 //! writing a 64-image batch in each dtype and layout, on one thread and on two.
 //! `cargo bench --bench transform`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use imagefeed::{fuzzing, Dtype, Layout};
+use imagefeed::{fuzzing, Dtype, Layout, ResizeFilter};
 use std::hint::black_box;
 
 fn transform(c: &mut Criterion) {
@@ -15,12 +16,20 @@ fn transform(c: &mut Criterion) {
     .to_rgb8();
     let src =
         image::imageops::resize(&photo, 500, 375, image::imageops::FilterType::Triangle).into_raw();
+    // What a 500x375 JPEG decodes to at DCT scale 1/2: the usual input of the resize.
+    let half =
+        image::imageops::resize(&photo, 250, 188, image::imageops::FilterType::Triangle).into_raw();
     let mut out = vec![0u8; 160 * 160 * 3];
     let mut g = c.benchmark_group("resize");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("500x375_to_160", |b| {
-        b.iter(|| black_box(fuzzing::resize(black_box(&src), 500, 375, 160, &mut out)))
-    });
+    for filter in [ResizeFilter::Bilinear, ResizeFilter::Antialiased] {
+        for (name, px, w, h) in [("500x375", &src, 500, 375), ("250x188", &half, 250, 188)] {
+            let id = BenchmarkId::new(format!("{filter:?}"), format!("{name}_to_160"));
+            g.bench_function(id, |b| {
+                b.iter(|| black_box(fuzzing::resize(black_box(px), w, h, 160, filter, &mut out)))
+            });
+        }
+    }
     g.finish();
 
     let sample = out.clone();

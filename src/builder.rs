@@ -12,7 +12,7 @@ use crate::decode::{
 use crate::error::{Error, OnError};
 use crate::loader::Loader;
 use crate::source::Source;
-use crate::transform::{Dtype, Geometry, Layout, ResizeMode};
+use crate::transform::{Dtype, Geometry, Layout, ResizeFilter, ResizeMode};
 
 /// Where batches are delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -117,6 +117,7 @@ pub(crate) struct Config {
     pub(crate) height: u32,
     pub(crate) width: u32,
     pub(crate) resize_mode: ResizeMode,
+    pub(crate) resize_filter: ResizeFilter,
     pub(crate) dtype: Dtype,
     pub(crate) layout: Layout,
     pub(crate) mean: [f32; 3],
@@ -159,6 +160,7 @@ impl Default for Config {
             height: 160,
             width: 160,
             resize_mode: ResizeMode::Stretch,
+            resize_filter: ResizeFilter::Antialiased,
             dtype: Dtype::F32,
             layout: Layout::Nhwc,
             mean: [0.0; 3],
@@ -200,6 +202,7 @@ impl Config {
             width: self.width,
             height: self.height,
             mode: self.resize_mode,
+            filter: self.resize_filter,
         }
     }
     pub(crate) fn decode_settings(&self) -> DecodeSettings {
@@ -424,6 +427,13 @@ impl LoaderBuilder {
     /// How images are fitted to the output size (default [`ResizeMode::Stretch`]).
     pub fn resize_mode(mut self, mode: ResizeMode) -> Self {
         self.cfg.resize_mode = mode;
+        self
+    }
+
+    /// The resampling filter (default [`ResizeFilter::Antialiased`], Pillow's; or
+    /// [`ResizeFilter::Bilinear`], TensorFlow's default resize, a little cheaper).
+    pub fn resize_filter(mut self, filter: ResizeFilter) -> Self {
+        self.cfg.resize_filter = filter;
         self
     }
 

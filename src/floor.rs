@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
 use crate::error::Error;
 use crate::source::Source;
-use crate::transform::{Geometry, ResizeMode};
+use crate::transform::{Geometry, ResizeFilter, ResizeMode};
 
 /// The result of [`decode_floor`].
 #[derive(Debug, Clone)]
@@ -56,6 +56,7 @@ pub fn decode_floor(
         width: size_px,
         height: size_px,
         mode: ResizeMode::Stretch,
+        filter: ResizeFilter::default(),
     };
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
@@ -121,17 +122,18 @@ pub fn decode_floor(
     })
 }
 
-/// The quality cost of DCT-scaled decoding, from [`dct_psnr`].
+/// A quality comparison of two ways to produce the same output, from [`dct_psnr`] (DCT-scaled
+/// against full decode) or [`filter_psnr`] (the two resize filters).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct PsnrReport {
     /// Images compared (those that decode).
     pub images: u64,
-    /// Images whose scaled output differs from the full-size one (the others decoded at full
-    /// size anyway, or came out identical).
+    /// Images whose output differs from the reference (the others came out identical: for
+    /// [`dct_psnr`], those decoded at full size anyway).
     pub scaled_images: u64,
-    /// Mean over images of the PSNR (dB) of DCT-scaled decode + resize against full decode +
-    /// the same resize; identical outputs count as 99 dB.
+    /// Mean over images of the PSNR (dB) of the output against the reference; identical
+    /// outputs count as 99 dB.
     pub mean_psnr_db: f64,
     /// Mean PSNR (dB) over the images whose output differs (the honest figure: identical
     /// outputs would pull the mean up).
@@ -141,11 +143,48 @@ pub struct PsnrReport {
 }
 
 /// Decodes up to `limit` samples twice — at the DCT scale the pipeline uses and at full size —
-/// resizes both to `size_px`×`size_px` (stretch, the default mode) and compares them.
+/// resizes both to `size_px`×`size_px` (stretch, the default mode) with `filter` and compares
+/// them: the quality cost of DCT scaling.
 ///
 /// # Errors
 /// None in practice: files that fail to decode are left out.
-pub fn dct_psnr(source: &Source, size_px: u32, limit: Option<usize>) -> Result<PsnrReport, Error> {
+pub fn dct_psnr(
+    source: &Source,
+    size_px: u32,
+    filter: ResizeFilter,
+    limit: Option<usize>,
+) -> Result<PsnrReport, Error> {
+    compare(source, size_px, (true, filter), (false, filter), limit)
+}
+
+/// Decodes up to `limit` samples at the DCT scale the pipeline uses, resizes each to
+/// `size_px`×`size_px` with both filters and compares the two: how far the cheaper
+/// [`ResizeFilter::Bilinear`] is from [`ResizeFilter::Antialiased`] (the reference).
+///
+/// # Errors
+/// None in practice: files that fail to decode are left out.
+pub fn filter_psnr(
+    source: &Source,
+    size_px: u32,
+    limit: Option<usize>,
+) -> Result<PsnrReport, Error> {
+    compare(
+        source,
+        size_px,
+        (true, ResizeFilter::Bilinear),
+        (true, ResizeFilter::Antialiased),
+        limit,
+    )
+}
+
+/// PSNR of output `a` (DCT scaling on or off, filter) against reference `b`.
+fn compare(
+    source: &Source,
+    size_px: u32,
+    a: (bool, ResizeFilter),
+    b: (bool, ResizeFilter),
+    limit: Option<usize>,
+) -> Result<PsnrReport, Error> {
     let n = limit.map_or(source.len(), |l| l.min(source.len()));
     let settings = |dct| DecodeSettings {
         max_pixels: 100_000_000,
@@ -154,15 +193,19 @@ pub fn dct_psnr(source: &Source, size_px: u32, limit: Option<usize>) -> Result<P
         dct_scaling: dct,
         jpeg_decoder: JpegDecoder::Auto,
     };
-    let geom = Geometry {
+    let geom = |filter| Geometry {
         width: size_px,
         height: size_px,
         mode: ResizeMode::Stretch,
+        filter,
     };
-    let (mut scaled_dec, mut full_dec) =
-        (Decoder::new(settings(true)), Decoder::new(settings(false)));
+    let (geom_a, geom_b) = (geom(a.1), geom(b.1));
+    let (mut scaled_dec, mut full_dec) = (Decoder::new(settings(a.0)), Decoder::new(settings(b.0)));
     let gate = LargeGate::default();
-    let (mut a, mut b) = (vec![0u8; geom.sample_len()], vec![0u8; geom.sample_len()]);
+    let (mut a, mut b) = (
+        vec![0u8; geom_a.sample_len()],
+        vec![0u8; geom_b.sample_len()],
+    );
     let (mut sum, mut min, mut images, mut scaled) = (0.0, f64::INFINITY, 0u64, 0u64);
     let mut scaled_sum = 0.0;
     let mut bytes = Vec::new();
@@ -177,10 +220,10 @@ pub fn dct_psnr(source: &Source, size_px: u32, limit: Option<usize>) -> Result<P
             continue;
         }
         if scaled_dec
-            .decode_resize(&bytes, &path, &geom, false, &gate, &mut a)
+            .decode_resize(&bytes, &path, &geom_a, false, &gate, &mut a)
             .is_err()
             || full_dec
-                .decode_resize(&bytes, &path, &geom, false, &gate, &mut b)
+                .decode_resize(&bytes, &path, &geom_b, false, &gate, &mut b)
                 .is_err()
         {
             continue;

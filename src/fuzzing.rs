@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
-use crate::transform::{BatchStorage, Dtype, Geometry, Layout, Normalizer, ResizeMode};
+use crate::transform::{
+    BatchStorage, Dtype, Geometry, Layout, Normalizer, ResizeFilter, ResizeMode,
+};
 
 /// Decodes `bytes` (named `name`, whose extension matters), resizes to `size`×`size`, orients
 /// and normalizes to f32 NCHW, with a small `max_pixels`. Returns whether it decoded.
@@ -29,6 +31,11 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
             ResizeMode::Stretch
         } else {
             ResizeMode::ShorterSideCenterCrop
+        },
+        filter: if bytes.len() % 3 == 0 {
+            ResizeFilter::Antialiased
+        } else {
+            ResizeFilter::Bilinear
         },
     };
     let mut decoder = Decoder::new(settings);
@@ -122,6 +129,7 @@ impl BenchDecoder {
                 width: size,
                 height: size,
                 mode: ResizeMode::Stretch,
+                filter: ResizeFilter::default(),
             },
         }
     }
@@ -149,12 +157,21 @@ impl BenchDecoder {
     }
 }
 
-/// Resizes an RGB8 image into `out` (`size * size * 3` bytes) as the pipeline does.
-pub fn resize(rgb: &[u8], width: u32, height: u32, size: u32, out: &mut [u8]) -> bool {
+/// Resizes an RGB8 image into `out` (`size * size * 3` bytes) as the pipeline does, with
+/// `filter`.
+pub fn resize(
+    rgb: &[u8],
+    width: u32,
+    height: u32,
+    size: u32,
+    filter: ResizeFilter,
+    out: &mut [u8],
+) -> bool {
     let geom = Geometry {
         width: size,
         height: size,
         mode: ResizeMode::Stretch,
+        filter,
     };
     let decoded = crate::decode::Decoded {
         rgb,

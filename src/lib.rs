@@ -91,7 +91,7 @@ pub use loader::{Batches, Loader};
 pub use shards::{write_shards, ShardsWritten};
 pub use source::{RemoteOptions, Source, SourceKind};
 pub use stats::Stats;
-pub use transform::{Dtype, Layout, ResizeMode};
+pub use transform::{Dtype, Layout, ResizeFilter, ResizeMode};
 
 /// The cudarc version imagefeed uses, for the types [`CudaBatch`] hands out.
 #[cfg(feature = "cuda")]

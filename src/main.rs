@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use imagefeed::{
-    procinfo, Device, Dtype, JpegDecoder, Layout, Loader, LoaderState, OnError, ShardPadding,
-    Source, SourceKind,
+    procinfo, Device, Dtype, JpegDecoder, Layout, Loader, LoaderState, OnError, ResizeFilter,
+    ShardPadding, Source, SourceKind,
 };
 use std::io::Write as _;
 
@@ -92,9 +92,13 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Also measure the quality cost of DCT scaling (PSNR against full decode + the same
-        /// resize) on this many images (0: skip).
+        /// resize) and of the bilinear filter (against the antialiased one) on this many
+        /// images (0: skip).
         #[arg(long, default_value_t = 500)]
         psnr_images: usize,
+        /// The resize filter of the DCT-scaling quality check.
+        #[arg(long, value_enum, default_value_t = FilterArg::Antialiased)]
+        filter: FilterArg,
     },
 }
 
@@ -139,6 +143,10 @@ struct BenchArgs {
     /// JPEG decoder.
     #[arg(long, value_enum, default_value_t = DecoderArg::Auto)]
     decoder: DecoderArg,
+    /// Resize filter: antialiased (Pillow's widened triangle) or bilinear (two taps within
+    /// 2x, as tf.image.resize).
+    #[arg(long, value_enum, default_value_t = FilterArg::Antialiased)]
+    filter: FilterArg,
     /// Images over this many pixels are refused.
     #[arg(long)]
     max_pixels: Option<u64>,
@@ -214,6 +222,21 @@ enum PaddingArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum FilterArg {
+    Antialiased,
+    Bilinear,
+}
+
+impl FilterArg {
+    fn get(self) -> ResizeFilter {
+        match self {
+            FilterArg::Bilinear => ResizeFilter::Bilinear,
+            FilterArg::Antialiased => ResizeFilter::Antialiased,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum DecoderArg {
     Auto,
     Turbojpeg,
@@ -273,6 +296,7 @@ fn main() -> ExitCode {
             decoder,
             json,
             psnr_images,
+            filter,
         }) => floor(
             &source,
             threads,
@@ -280,7 +304,7 @@ fn main() -> ExitCode {
             limit,
             decoder.get(),
             json,
-            psnr_images,
+            (psnr_images, filter.get()),
         ),
     };
     match result {
@@ -353,7 +377,7 @@ fn floor(
     limit: Option<usize>,
     decoder: JpegDecoder,
     json: bool,
-    psnr_images: usize,
+    (psnr_images, filter): (usize, ResizeFilter),
 ) -> Result<(), AnyError> {
     let source = Source::open(source)?;
     let threads = if threads == 0 {
@@ -385,20 +409,27 @@ fn floor(
         }
     }
     if psnr_images > 0 {
-        let q = imagefeed::floor::dct_psnr(&source, size, Some(psnr_images))?;
+        let q = imagefeed::floor::dct_psnr(&source, size, filter, Some(psnr_images))?;
+        let f = imagefeed::floor::filter_psnr(&source, size, Some(psnr_images))?;
         if json {
             println!(
                 "{}",
                 serde_json::json!({
                     "psnr_images": q.images, "psnr_scaled_images": q.scaled_images,
                     "mean_psnr_db": q.mean_psnr_db, "mean_scaled_psnr_db": q.mean_scaled_psnr_db,
-                    "min_psnr_db": q.min_psnr_db,
+                    "min_psnr_db": q.min_psnr_db, "filter": format!("{filter:?}"),
+                    "bilinear_vs_antialiased_mean_psnr_db": f.mean_psnr_db,
+                    "bilinear_vs_antialiased_min_psnr_db": f.min_psnr_db,
                 })
             );
         } else {
             println!(
-                "DCT scaling quality: mean PSNR {:.1} dB over the {} of {} images whose output differs (lowest {:.1} dB; {:.1} dB counting identical ones as 99) against full decode + the same resize",
+                "DCT scaling quality: mean PSNR {:.1} dB over the {} of {} images whose output differs (lowest {:.1} dB; {:.1} dB counting identical ones as 99) against full decode + the same resize ({filter:?} filter)",
                 q.mean_scaled_psnr_db, q.scaled_images, q.images, q.min_psnr_db, q.mean_psnr_db
+            );
+            println!(
+                "resize filter: Bilinear against Antialiased (both DCT-scaled): mean PSNR {:.1} dB over {} images (lowest {:.1} dB)",
+                f.mean_psnr_db, f.images, f.min_psnr_db
             );
         }
     }
@@ -463,6 +494,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .on_error(on_error)
         .seed(a.seed)
         .jpeg_decoder(a.decoder.get())
+        .resize_filter(a.filter.get())
         .device(parse_device(&a.device)?);
     if let Some(p) = a.max_pixels {
         builder = builder.max_pixels(p);

@@ -362,10 +362,13 @@ impl Decoder {
             (PixelFormat::RGB, 3)
         };
         let target = if cmyk { &mut self.aux } else { &mut self.rgb };
-        target.clear();
-        target.resize(w * h * bpp, 0);
+        // libjpeg-turbo writes every pixel: grow the buffer, never clear what it will overwrite.
+        let len = w * h * bpp;
+        if target.len() < len {
+            target.resize(len, 0);
+        }
         let image = Image {
-            pixels: &mut target[..],
+            pixels: &mut target[..len],
             width: w,
             pitch: w * bpp,
             height: h,
@@ -376,9 +379,14 @@ impl Decoder {
         // them means the entropy-coded data is damaged, so all are errors here.
         tj.decompress(bytes, image).map_err(tj_err)?;
         if cmyk {
-            self.rgb.clear();
-            self.rgb.resize(w * h * 3, 0);
-            cmyk_to_rgb(&self.aux, &mut self.rgb, info.adobe_transform.is_some());
+            if self.rgb.len() < w * h * 3 {
+                self.rgb.resize(w * h * 3, 0);
+            }
+            cmyk_to_rgb(
+                &self.aux[..len],
+                &mut self.rgb[..w * h * 3],
+                info.adobe_transform.is_some(),
+            );
         }
         Ok((w as u32, h as u32))
     }
@@ -584,6 +592,7 @@ mod tests {
             width: 8,
             height: 8,
             mode: crate::ResizeMode::Stretch,
+            filter: crate::ResizeFilter::default(),
         };
         let settings = DecodeSettings {
             max_pixels: 1 << 20,
