@@ -5,7 +5,8 @@
 #
 # usage: benches/compare/compare.sh [LIST] [THREADS]
 #   LIST: a files.txt (default: a 5,000-image corpus written by `imagefeed corpus` to
-#   $TMPDIR/imagefeed-compare); THREADS: decode threads (default 2).
+#   $TMPDIR/imagefeed-compare); THREADS: decode threads (default 2). ROUNDS=N in the environment:
+#   how many times the cold runs alternate (default 3; medians are compared).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${2:-2}
@@ -21,14 +22,25 @@ out=$(mktemp -d)
 cache=$out/imagefeed.cache
 echo "corpus: $list ($(wc -l < "$list") images), $threads threads" >&2
 
-echo "== imagefeed: cold epoch, then 2 cached epochs (batch 64, shuffle buffer 1000, f32 160x160)" >&2
-"$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --json > "$out/cold.json"
+have_tf=0
+python3 -c "import tensorflow" 2>/dev/null && have_tf=1
+# Cold epochs are noisy on a shared 2-core machine: alternate imagefeed, the floor and tf.data
+# ROUNDS times (default 3) and compare medians.
+rounds=${ROUNDS:-3}
+for r in $(seq 1 "$rounds"); do
+  echo "== round $r/$rounds: imagefeed cold epoch (batch 64, shuffle buffer 1000, f32 160x160), decode floor, tf.data cold" >&2
+  "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --json >> "$out/cold.json"
+  psnr=0
+  [ "$r" = 1 ] && psnr=500
+  "$bin" floor "$list" --threads "$threads" --psnr-images "$psnr" --json >> "$out/floor.json"
+  if [ "$have_tf" = 1 ]; then
+    python3 benches/compare/tf_pipeline.py "$list" >> "$out/tf.json"
+  fi
+done
+echo "== imagefeed: cold epoch writing the cache, then 2 cached epochs" >&2
 "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --epochs 3 --cache "$cache" --json > "$out/cached.json"
-echo "== decode floor" >&2
-"$bin" floor "$list" --threads "$threads" --json > "$out/floor.json"
-if python3 -c "import tensorflow" 2>/dev/null; then
-  echo "== tf.data (TensorFlow guide pipeline), cold, then with .cache(file)" >&2
-  python3 benches/compare/tf_pipeline.py "$list" > "$out/tf.json"
+if [ "$have_tf" = 1 ]; then
+  echo "== tf.data (TensorFlow guide pipeline) with .cache(file)" >&2
   python3 benches/compare/tf_pipeline.py "$list" --epochs 3 --cache "$out/tf.cache" > "$out/tf_cached.json"
 else
   echo "== tf.data skipped: TensorFlow is not installed (pip install tensorflow-cpu)" >&2
@@ -42,17 +54,22 @@ def rows(name):
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
 cold, cached, floor = rows("cold.json"), rows("cached.json"), rows("floor.json")
 tf, tfc = rows("tf.json"), rows("tf_cached.json")
-fl = {r.get("scaled"): r for r in floor if "scaled" in r}
+import statistics
+def med(rows, key): return statistics.median(r[key] for r in rows)
+def runs(rows, key): return ", ".join(f"{r[key]:.0f}" for r in rows)
+fl_rows = {s: [r for r in floor if r.get("scaled") is s] for s in (False, True)}
 q = [r for r in floor if "mean_psnr_db" in r]
 def mb(b): return b / 1e6
-ic = cold[0]
-print(f"imagefeed cold epoch      {ic['images_per_sec']:8.0f} images/s  peak RSS {mb(ic['peak_rss_bytes']):7.1f} MB")
+ic = {"images_per_sec": med(cold, "images_per_sec"), "peak_rss_bytes": max(r["peak_rss_bytes"] for r in cold)}
+fl = {s: {"images_per_sec": med(fl_rows[s], "images_per_sec")} for s in (False, True)}
+print(f"imagefeed cold epoch      {ic['images_per_sec']:8.0f} images/s (median of {runs(cold, 'images_per_sec')})  peak RSS {mb(ic['peak_rss_bytes']):7.1f} MB (highest)")
 for r in cached[1:]:
     print(f"imagefeed cached epoch {r['epoch']}  {r['images_per_sec']:8.0f} images/s  peak RSS {mb(r['peak_rss_bytes']):7.1f} MB (anonymous {mb(r['peak_anon_rss_bytes']):.1f} MB), cache {mb(r['cache_bytes'] or 0):.0f} MB")
-print(f"decode floor, full size   {fl[False]['images_per_sec']:8.0f} images/s")
-print(f"decode floor, DCT-scaled  {fl[True]['images_per_sec']:8.0f} images/s")
+print(f"decode floor, full size   {fl[False]['images_per_sec']:8.0f} images/s (median of {runs(fl_rows[False], 'images_per_sec')})")
+print(f"decode floor, DCT-scaled  {fl[True]['images_per_sec']:8.0f} images/s (median of {runs(fl_rows[True], 'images_per_sec')})")
 if q:
     print(f"DCT scaling quality: mean PSNR {q[0]['mean_scaled_psnr_db']:.1f} dB over the images it changes, lowest {q[0]['min_psnr_db']:.1f} dB")
+    print(f"resize filters: bilinear against antialiased, mean PSNR {q[0]['bilinear_vs_antialiased_mean_psnr_db']:.1f} dB over the {q[0]['bilinear_vs_antialiased_differing_images']} images whose output differs")
 # The memory-copy bound of a cached epoch: one thread copying the same f32 output bytes
 # (batches of 64 x 160 x 160 x 3), from a source the size of the cache.
 try:
@@ -71,11 +88,11 @@ try:
     print(f"memcpy bound (numpy, 1 thread, f32) {copy:8.0f} images/s; imagefeed cached / memcpy: {cached_best / copy:.2f}")
 except ImportError:
     print("memcpy bound skipped: numpy is not installed")
-print(f"ratio imagefeed cold / DCT-scaled floor: {ic['images_per_sec'] / fl[True]['images_per_sec']:.2f}")
+print(f"ratio imagefeed cold / DCT-scaled floor: {ic['images_per_sec'] / fl[True]['images_per_sec']:.2f} (medians); per round: " + ", ".join(f"{a['images_per_sec'] / b['images_per_sec']:.2f}" for a, b in zip(cold, fl_rows[True])))
 if tf:
-    t = tf[0]
-    print(f"tf.data cold epoch        {t['images_per_sec']:8.0f} images/s  peak RSS {mb(t['peak_rss_bytes']):7.1f} MB")
-    print(f"ratio imagefeed / tf.data cold: {ic['images_per_sec'] / t['images_per_sec']:.2f}x speed, {ic['peak_rss_bytes'] / t['peak_rss_bytes']:.2f}x peak RSS")
+    t = {"images_per_sec": med(tf, "images_per_sec"), "peak_rss_bytes": max(r["peak_rss_bytes"] for r in tf)}
+    print(f"tf.data cold epoch        {t['images_per_sec']:8.0f} images/s (median of {runs(tf, 'images_per_sec')})  peak RSS {mb(t['peak_rss_bytes']):7.1f} MB (highest)")
+    print(f"ratio imagefeed / tf.data cold: {ic['images_per_sec'] / t['images_per_sec']:.2f}x speed (medians; per round: " + ", ".join(f"{a['images_per_sec'] / b['images_per_sec']:.2f}" for a, b in zip(cold, tf)) + f"), {ic['peak_rss_bytes'] / t['peak_rss_bytes']:.2f}x peak RSS")
 if tfc:
     for r in tfc:
         print(f"tf.data .cache() epoch {r['epoch']}  {r['images_per_sec']:8.0f} images/s  peak RSS {mb(r['peak_rss_bytes']):7.1f} MB")
