@@ -173,30 +173,59 @@ impl ShardCursor {
     ) -> Result<(), Error> {
         let reusable = self.current.as_ref().is_some_and(|o| {
             o.shard == shard
-                && o.pos <= offset
+                && o.pos + BLOCK <= offset
                 && offset - o.pos <= MAX_SKIP
                 && offset + len <= o.end
         });
+        let changed = |why: String| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{why} at byte {}: the shard is not what was indexed (rewritten since, or a stale .tar.idx sidecar: delete it or run `imagefeed shards` again)",
+                    offset.saturating_sub(BLOCK)
+                ),
+            )
+        };
+        if offset < BLOCK {
+            return Err(Error::io(name, changed("no room for a tar header".into())));
+        }
         if !reusable {
             self.current = None;
-            self.current = Some(open(index, shard, offset, run_end.max(offset + len), name)?);
+            // From the member's header on: it is checked against the index before the data.
+            let start = offset - BLOCK;
+            self.current = Some(open(index, shard, start, run_end.max(offset + len), name)?);
         }
         let Some(open) = self.current.as_mut() else {
             return Err(Error::io(name, std::io::Error::other("no open shard")));
         };
         let result = (|| {
             let gap = offset - open.pos;
-            if gap > 0 {
-                let skipped =
-                    std::io::copy(&mut (&mut open.reader).take(gap), &mut std::io::sink())?;
-                open.pos += skipped;
-                if skipped < gap {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the shard ends before this member (was it truncated after indexing?)",
-                    ));
+            if gap < BLOCK {
+                return Err(changed(format!(
+                    "members overlap: {gap} bytes between the previous member and this one"
+                )));
+            }
+            let skip = gap - BLOCK;
+            let skipped = std::io::copy(&mut (&mut open.reader).take(skip), &mut std::io::sink())?;
+            open.pos += skipped;
+            let mut header = [0u8; BLOCK as usize];
+            let mut got = 0;
+            while got < header.len() {
+                match open.reader.read(&mut header[got..]) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
                 }
             }
+            open.pos += got as u64;
+            if skipped < skip || (got as u64) < BLOCK {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the shard ends before this member (was it truncated after indexing?)",
+                ));
+            }
+            check_member_header(&header, len).map_err(changed)?;
             out.clear();
             out.try_reserve_exact(len as usize)
                 .map_err(|_| std::io::Error::other("cannot allocate the member's bytes"))?;
@@ -217,13 +246,68 @@ impl ShardCursor {
                 index.shards[shard as usize].location,
                 ShardLocation::Local(_)
             );
-            if remote && e.kind() != std::io::ErrorKind::UnexpectedEof {
+            let data = matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+            );
+            if remote && !data {
                 return Err(Error::remote(name, e));
             }
             return Err(Error::io(name, e));
         }
         Ok(())
     }
+}
+
+/// A tar block: headers are one block, data is padded to whole blocks.
+const BLOCK: u64 = 512;
+
+/// Checks that `block` is a tar header (valid checksum) of a regular file of `len` bytes: the
+/// header the index says precedes the member.
+fn check_member_header(block: &[u8; BLOCK as usize], len: u64) -> Result<(), String> {
+    let octal = |field: &[u8]| -> Option<u64> {
+        let text = std::str::from_utf8(field).ok()?;
+        let text = text.trim_matches(|c: char| c == '\0' || c == ' ');
+        if text.is_empty() {
+            return Some(0);
+        }
+        u64::from_str_radix(text, 8).ok()
+    };
+    let stored = octal(&block[148..156]).ok_or("no tar header (unreadable checksum)")?;
+    let sum: u64 = block
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u64::from(b)
+            }
+        })
+        .sum();
+    if stored != sum {
+        return Err("no tar header (checksum mismatch)".into());
+    }
+    if !matches!(block[156], b'0' | 0 | b'7') {
+        return Err(format!(
+            "the tar header is not a regular file's (type `{}`)",
+            block[156].escape_ascii()
+        ));
+    }
+    let size = if block[124] & 0x80 != 0 {
+        // GNU base-256: big-endian in the remaining bytes.
+        block[125..136].iter().fold(0u64, |n, &b| {
+            n.saturating_mul(256).saturating_add(u64::from(b))
+        })
+    } else {
+        octal(&block[124..136]).ok_or("the tar header's size is unreadable")?
+    };
+    if size != len {
+        return Err(format!(
+            "the tar header gives {size} bytes, the index {len}"
+        ));
+    }
+    Ok(())
 }
 
 fn open(index: &TarIndex, shard: u32, start: u64, end: u64, name: &Path) -> Result<Open, Error> {
@@ -985,6 +1069,46 @@ mod tests {
         assert_eq!(split_member("x.seg.png"), ("x", "seg.png"));
         assert_eq!(split_member("dir.v2/k.cls"), ("dir.v2/k", "cls"));
         assert_eq!(split_member("noext"), ("noext", ""));
+    }
+
+    #[test]
+    fn member_headers_are_checked_for_checksum_type_and_size() {
+        let header = |size: u64, kind: tar::EntryType, gnu: bool| {
+            let mut h = if gnu {
+                tar::Header::new_gnu()
+            } else {
+                tar::Header::new_ustar()
+            };
+            h.set_path("k.jpg").unwrap();
+            h.set_size(size);
+            h.set_entry_type(kind);
+            h.set_cksum();
+            let mut block = [0u8; BLOCK as usize];
+            block.copy_from_slice(h.as_bytes());
+            block
+        };
+        for gnu in [false, true] {
+            let ok = header(1234, tar::EntryType::Regular, gnu);
+            assert_eq!(check_member_header(&ok, 1234), Ok(()));
+            assert!(check_member_header(&ok, 1233).unwrap_err().contains("1234"));
+            let mut flipped = ok;
+            flipped[3] ^= 1;
+            assert!(check_member_header(&flipped, 1234)
+                .unwrap_err()
+                .contains("checksum"));
+            let dir = header(0, tar::EntryType::Directory, gnu);
+            assert!(check_member_header(&dir, 0)
+                .unwrap_err()
+                .contains("regular"));
+        }
+        // Sizes past the octal field's 8 GiB are stored in base 256 (GNU).
+        let mut big = tar::Header::new_gnu();
+        big.set_size(20 << 30);
+        big.set_cksum();
+        let mut block = [0u8; BLOCK as usize];
+        block.copy_from_slice(big.as_bytes());
+        assert_eq!(check_member_header(&block, 20 << 30), Ok(()));
+        assert!(check_member_header(&[0u8; BLOCK as usize], 0).is_err());
     }
 
     #[test]

@@ -413,6 +413,23 @@ fn issue_7_s3_tar_sidecar_indexes_spare_reading_the_shards_at_open() {
     // The sidecar alone indexes the shards: their bytes are never read at open.
     let indexed = Source::open("s3://imagefeed/idx-only").unwrap();
     assert_eq!(indexed.len(), local.len());
+    // Those shards are not tar files: reading finds no tar header before a member, and says
+    // so (a data error naming the member, not a failing store), instead of decoding whatever
+    // bytes lie at the indexed offsets.
+    let err = Loader::builder(indexed)
+        .image_size(16)
+        .batch_size(1)
+        .shuffle(false)
+        .build()
+        .unwrap()
+        .epoch(0)
+        .find_map(Result::err)
+        .expect("an error");
+    assert!(
+        err.to_string().contains("not what was indexed") && err.is_data_error(),
+        "{err}"
+    );
+    assert!(!matches!(err.kind(), ErrorKind::Remote { .. }), "{err}");
     // Sidecars that do not match are ignored: the shards are read instead, same result.
     let with = Source::open("s3://imagefeed/shards").unwrap();
     let without = Source::open("s3://imagefeed/bad-idx").unwrap();

@@ -465,3 +465,64 @@ fn issue_7_shards_command_writes_what_bench_reads() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds shards"));
 }
+
+#[test]
+fn issue_7_a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
+    // Two photos of different sizes, so that reordering moves every member's offset while the
+    // shard keeps its size: what a stale `.tar.idx` sidecar or a shard rewritten under a
+    // running loader looks like.
+    let a = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let b = std::fs::read(crate::common::testdata("photos/photo_1.jpg")).unwrap();
+    assert_ne!(a.len(), b.len());
+    let dir = tempfile::tempdir().unwrap();
+    let first = tar_of(&[
+        ("a.jpg", &a),
+        ("a.cls", b"0"),
+        ("b.jpg", &b),
+        ("b.cls", b"1"),
+    ]);
+    let shard = write(dir.path(), "s.tar", &first);
+    let source = Source::from_tar_shards([&shard]).unwrap();
+    let loader = |source: &Source, on_error| {
+        Loader::builder(source.clone())
+            .image_size(16)
+            .batch_size(1)
+            .shuffle(false)
+            .on_error(on_error)
+            .build()
+            .unwrap()
+    };
+    // Intact, every sample reads.
+    assert_eq!(
+        loader(&source, OnError::Fail)
+            .epoch(0)
+            .filter(|b| b.is_ok())
+            .count(),
+        2
+    );
+    let swapped = tar_of(&[
+        ("b.jpg", &b),
+        ("b.cls", b"1"),
+        ("a.jpg", &a),
+        ("a.cls", b"0"),
+    ]);
+    assert_eq!(swapped.len(), first.len());
+    std::fs::write(&shard, &swapped).unwrap();
+    let results: Vec<_> = loader(&source, OnError::SKIP_ALL).epoch(0).collect();
+    assert!(
+        results
+            .iter()
+            .all(|b| b.is_ok() && b.as_ref().unwrap().is_empty()),
+        "no sample of the changed shard may be delivered under its old label"
+    );
+    let errors: Vec<_> = loader(&source, OnError::Fail)
+        .epoch(0)
+        .filter_map(Result::err)
+        .collect();
+    assert_eq!(errors.len(), 1);
+    let message = errors[0].to_string();
+    assert!(
+        message.contains("s.tar[a.jpg]") && message.contains("not what was indexed"),
+        "{message}"
+    );
+}
