@@ -156,6 +156,19 @@ impl Store {
             }
         };
         let url = self.url_of(key);
+        // Without credentials in the environment, object_store asks the cloud's instance
+        // metadata service, which is not there off the cloud: say what to set instead.
+        if e.to_string().contains("169.254.169.254") {
+            return Error::io(
+                url,
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_SKIP_SIGNATURE=true for a public bucket); the instance metadata service did not give any ({e})"
+                    ),
+                ),
+            );
+        }
         match kind {
             std::io::ErrorKind::Other => Error::remote(url, std::io::Error::new(kind, e)),
             _ => Error::io(url, std::io::Error::new(kind, e)),
