@@ -493,11 +493,14 @@ impl LoaderBuilder {
         self
     }
 
-    /// Adapt `decode_threads` and `prefetch` after every epoch to where time went (default
-    /// `false`): more threads when the consumer waits on busy decoders, a deeper queue when it
-    /// waits on bursts, fewer of both when the training step is the bottleneck. The settings
-    /// given are the starting point; threads stay within the cores, prefetch within 1..=8
-    /// (the memory budget assumes 8). [`Stats`](crate::Stats) reports what each epoch used.
+    /// Adapt `decode_threads` and `prefetch` to where the time goes, every second while an
+    /// epoch runs (default `false`): more threads when the consumer waits on busy decoders, a
+    /// deeper queue when it waits on bursts, fewer of both when the training step is the
+    /// bottleneck. The settings given are the starting point, and each epoch starts where the
+    /// last one ended; threads stay within the cores (all of them start, the ones not needed
+    /// wait), prefetch within 1..=8 (the memory budget assumes the most of both).
+    /// [`Stats`](crate::Stats) reports the current settings; the output does not depend on
+    /// them.
     pub fn autotune(mut self, on: bool) -> Self {
         self.cfg.autotune = on;
         self

@@ -152,7 +152,7 @@ impl Loader {
                 tuner: self
                     .cfg
                     .autotune
-                    .then(|| (self.knobs.clone(), self.cfg.max_threads())),
+                    .then(|| Tuner::new(self.knobs.clone(), self.cfg.max_threads(), &self.stats)),
                 pending: None,
                 stats: self.stats.clone(),
                 state,
@@ -265,8 +265,9 @@ impl Loader {
 /// iterator ends. Dropping it stops and joins the epoch's threads.
 pub struct Batches {
     running: Option<Running>,
-    /// With autotune: the loader's settings for the next epoch, and the most threads allowed.
-    tuner: Option<(Arc<Mutex<Knobs>>, usize)>,
+    /// With autotune: retunes the running epoch every [`TUNE_EVERY`], and leaves its last
+    /// settings for the next epoch.
+    tuner: Option<Tuner>,
     pending: Option<Error>,
     stats: Arc<StatsCell>,
     state: LoaderState,
@@ -315,6 +316,9 @@ impl Iterator for Batches {
                 self.state.position = batch.position();
                 self.stats.images.fetch_add(batch.len() as u64, Relaxed);
                 self.stats.batches.fetch_add(1, Relaxed);
+                if let (Some(tuner), Some(running)) = (&mut self.tuner, &self.running) {
+                    tuner.observe(&self.stats, &running.window);
+                }
                 Some(Ok(batch))
             }
             Ok(Err(e)) => {
@@ -326,22 +330,106 @@ impl Iterator for Batches {
                 // The batcher finished (or died): the epoch is over.
                 let panicked = self.shut_down();
                 self.stats.finish();
-                if let (None, Some((knobs, max_threads))) = (&panicked, self.tuner.take()) {
-                    let mut k = knobs.lock().unwrap_or_else(|e| e.into_inner());
-                    let next = crate::tune::next(*k, &self.stats.snapshot(), max_threads);
-                    if next != *k {
-                        log::info!(
-                            "autotune: decode threads {} -> {}, prefetch {} -> {}",
-                            k.threads,
-                            next.threads,
-                            k.prefetch,
-                            next.prefetch
-                        );
-                    }
-                    *k = next;
+                if let (None, Some(mut tuner)) = (&panicked, self.tuner.take()) {
+                    // The rest of the epoch since the last retune sets the next epoch off.
+                    tuner.finish(&self.stats);
                 }
                 panicked.map(Err)
             }
+        }
+    }
+}
+
+/// How often autotune looks at where the time went while an epoch runs.
+pub(crate) const TUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Autotune's view of the running epoch: the counters at the last retune.
+struct Tuner {
+    knobs: Arc<Mutex<Knobs>>,
+    max_threads: usize,
+    at: Instant,
+    images: u64,
+    consumer_wait_ns: u64,
+    decode_busy_ns: u64,
+}
+
+impl Tuner {
+    fn new(knobs: Arc<Mutex<Knobs>>, max_threads: usize, stats: &StatsCell) -> Self {
+        Tuner {
+            knobs,
+            max_threads,
+            at: Instant::now(),
+            images: stats.images.load(Relaxed),
+            consumer_wait_ns: stats.consumer_wait_ns.load(Relaxed),
+            decode_busy_ns: stats.decode_busy_ns.load(Relaxed),
+        }
+    }
+
+    /// The settings for the time since the last retune, as [`crate::tune::next`] decides
+    /// them (`(before, after)` when they change). Not before [`TUNE_EVERY`] has passed;
+    /// at the end of an epoch (`last`), over whatever is left of it if that is at least a
+    /// quarter of that.
+    fn retune(&mut self, stats: &StatsCell, last: bool) -> Option<(Knobs, Knobs)> {
+        let elapsed = self.at.elapsed();
+        let enough = if last { TUNE_EVERY / 4 } else { TUNE_EVERY };
+        if elapsed < enough {
+            return None;
+        }
+        let (images, wait, busy) = (
+            stats.images.load(Relaxed),
+            stats.consumer_wait_ns.load(Relaxed),
+            stats.decode_busy_ns.load(Relaxed),
+        );
+        let window = Stats {
+            images: images.saturating_sub(self.images),
+            seconds: elapsed.as_secs_f64(),
+            consumer_wait: std::time::Duration::from_nanos(
+                wait.saturating_sub(self.consumer_wait_ns),
+            ),
+            decode_busy: std::time::Duration::from_nanos(busy.saturating_sub(self.decode_busy_ns)),
+            ..Stats::default()
+        };
+        *self = Tuner {
+            knobs: self.knobs.clone(),
+            max_threads: self.max_threads,
+            at: Instant::now(),
+            images,
+            consumer_wait_ns: wait,
+            decode_busy_ns: busy,
+        };
+        let mut k = self.knobs.lock().unwrap_or_else(|e| e.into_inner());
+        let before = *k;
+        *k = crate::tune::next(before, &window, self.max_threads);
+        (*k != before).then_some((before, *k))
+    }
+
+    /// Retunes the running epoch if it is time: the window's live settings and the stats.
+    fn observe(&mut self, stats: &StatsCell, window: &crate::pipeline::Window) {
+        if let Some((before, after)) = self.retune(stats, false) {
+            log::info!(
+                "autotune: decode threads {} -> {}, prefetch {} -> {}",
+                before.threads,
+                after.threads,
+                before.prefetch,
+                after.prefetch
+            );
+            window.set_active(after.threads);
+            window.set_prefetch(after.prefetch);
+            stats.threads.store(after.threads as u64, Relaxed);
+            stats.prefetch.store(after.prefetch as u64, Relaxed);
+        }
+    }
+
+    /// At the end of an epoch: the settings the next one starts with.
+    fn finish(&mut self, stats: &StatsCell) {
+        if let Some((before, after)) = self.retune(stats, true) {
+            log::info!(
+                "autotune (next epoch): decode threads {} -> {}, prefetch {} -> {}",
+                before.threads,
+                after.threads,
+                before.prefetch,
+                after.prefetch
+            );
         }
     }
 }

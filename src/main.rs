@@ -118,7 +118,8 @@ struct BenchArgs {
     /// Ready batches queued ahead of the consumer.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
-    /// Adapt decode threads and prefetch depth after every epoch (reported per epoch).
+    /// Adapt decode threads and prefetch depth every second while an epoch runs (the summary
+    /// reports where each epoch ended).
     #[arg(long)]
     autotune: bool,
     #[arg(long, default_value_t = 1)]

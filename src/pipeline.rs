@@ -37,6 +37,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -57,12 +58,17 @@ use crate::stats::{add, StatsCell};
 use crate::transform::Normalizer;
 
 /// Lets decode threads claim plan positions in order, at most `size` ahead of the batcher.
+///
+/// It also carries the epoch's live settings, which autotune changes while the epoch runs:
+/// how many of the decode threads work (the others wait here) and how many ready batches
+/// the prefetch queue may hold.
 #[derive(Debug)]
 pub(crate) struct Window {
     state: Mutex<WindowState>,
     moved: Condvar,
     size: usize,
     total: usize,
+    prefetch: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -70,35 +76,70 @@ struct WindowState {
     next: usize,
     released: usize,
     cancelled: bool,
+    /// Decode threads numbered below this work; the others wait.
+    active: usize,
 }
 
 impl Window {
-    fn new(size: usize, total: usize) -> Self {
+    fn new(size: usize, total: usize, active: usize, prefetch: usize) -> Self {
         Window {
             state: Mutex::new(WindowState {
                 next: 0,
                 released: 0,
                 cancelled: false,
+                active,
             }),
             moved: Condvar::new(),
             size,
             total,
+            prefetch: AtomicUsize::new(prefetch),
         }
     }
 
     /// The next position to load, or `None` when the plan is done or the epoch cancelled.
     pub(crate) fn claim(&self) -> Option<usize> {
+        self.claim_as(0)
+    }
+
+    /// [`Window::claim`] for decode thread `thread`, which waits while it is not active.
+    fn claim_as(&self, thread: usize) -> Option<usize> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if s.cancelled || s.next >= self.total {
                 return None;
             }
-            if s.next < s.released + self.size {
+            if thread < s.active && s.next < s.released + self.size {
                 s.next += 1;
                 return Some(s.next - 1);
             }
             s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Waits while decode thread `thread` is not active; `false` once nothing is left to
+    /// claim (or the epoch is cancelled).
+    fn wait_active(&self, thread: usize) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if s.cancelled || s.next >= self.total {
+                return thread < s.active && !s.cancelled;
+            }
+            if thread < s.active {
+                return true;
+            }
+            s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Sets how many decode threads work (autotune).
+    pub(crate) fn set_active(&self, threads: usize) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).active = threads.max(1);
+        self.moved.notify_all();
+    }
+
+    /// Sets how many ready batches may wait for the consumer (autotune).
+    pub(crate) fn set_prefetch(&self, batches: usize) {
+        self.prefetch.store(batches.max(1), Ordering::Relaxed);
     }
 
     fn release(&self, released: usize) {
@@ -394,7 +435,23 @@ pub(crate) fn start(
         }
         plan.drain(..start_at);
     }
-    let window = Arc::new(Window::new(window_size, plan.len()));
+    // With autotune every thread the loader may use starts, and the window says how many
+    // work; the prefetch queue has room for the deepest setting, and the window says how
+    // much of it to use.
+    let (spawned_threads, queue) = if cfg.autotune {
+        (
+            cfg.max_threads().max(threads),
+            cfg.max_prefetch().max(knobs.prefetch),
+        )
+    } else {
+        (threads, knobs.prefetch)
+    };
+    let window = Arc::new(Window::new(
+        window_size,
+        plan.len(),
+        threads,
+        knobs.prefetch,
+    ));
     let mode_code = match cache_mode {
         EpochCache::Off => 0,
         EpochCache::Read(_) => 1,
@@ -428,7 +485,7 @@ pub(crate) fn start(
     // The window bounds what is in flight, so this channel never fills; it is bounded anyway.
     let (loaded_tx, loaded_rx) = bounded::<Loaded>(window_size);
     // The prefetch queue: ready batches ahead of the consumer.
-    let (batch_tx, batch_rx) = bounded(knobs.prefetch);
+    let (batch_tx, batch_rx) = bounded(queue);
     let mut handles = Vec::with_capacity(threads + 2);
     // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
     let fetch = crate::fetch::byte_bound(&shared.source).map(|bound| {
@@ -444,13 +501,13 @@ pub(crate) fn start(
                 .map_err(Error::spawn)?;
             handles.push(("fetch", h));
         }
-        for t in 0..threads {
+        for t in 0..spawned_threads {
             let shared = shared.clone();
             let tx = loaded_tx.clone();
             let from_fetch = fetch.as_ref().map(|(_, rx, b)| (rx.clone(), b.clone()));
             let h = std::thread::Builder::new()
                 .name(format!("imagefeed-decode-{t}"))
-                .spawn(move || decode_loop(&shared, &tx, from_fetch))
+                .spawn(move || decode_loop(&shared, &tx, from_fetch, t))
                 .map_err(Error::spawn)?;
             handles.push(("decode", h));
         }
@@ -483,7 +540,9 @@ pub(crate) fn start(
 /// bytes from the fetch thread (with the byte budget to release).
 type FromFetch = Option<(Receiver<Fetched>, Arc<ByteBudget>)>;
 
-fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>, from_fetch: FromFetch) {
+/// Decode thread number `thread`: loads samples until the plan is done (waiting while
+/// autotune has it inactive).
+fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>, from_fetch: FromFetch, thread: usize) {
     let cfg = &shared.cfg;
     let geom = cfg.geometry();
     // A decoder (with its grown buffers) from an earlier epoch, so later epochs allocate nothing.
@@ -498,10 +557,11 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>, from_fetch: FromFetch)
     loop {
         let waited = Instant::now();
         let (seq, index, mut fetched, held) = match &from_fetch {
-            None => match shared.window.claim() {
+            None => match shared.window.claim_as(thread) {
                 Some(seq) => (seq, shared.plan[seq], None, 0),
                 None => break,
             },
+            Some(_) if !shared.window.wait_active(thread) => break,
             Some((rx, _)) => match rx.recv() {
                 Ok(f) => (f.seq, f.index, f.bytes, f.held),
                 Err(_) => break, // the fetcher finished or stopped
@@ -716,6 +776,16 @@ impl Sink<'_> {
             self.pool.0.clone(),
         );
         let waited = Instant::now();
+        // Autotune may allow fewer ready batches than the queue holds. (Without it the
+        // queue's own bound applies: `send` blocks.)
+        let window = &self.shared.window;
+        while self.shared.cfg.autotune && self.out.len() >= window.prefetch.load(Ordering::Relaxed)
+        {
+            if window.is_cancelled() {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         let ok = self.out.send(Ok(batch)).is_ok();
         add(&self.shared.stats.batcher_wait_ns, waited.elapsed());
         ok

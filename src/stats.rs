@@ -38,9 +38,11 @@ pub struct Stats {
     pub cache_bytes: Option<u64>,
     /// Seconds since the epoch started (or its length, once it finished).
     pub seconds: f64,
-    /// Decode threads used.
+    /// Decode threads working (with autotune, the latest setting: it changes while the
+    /// epoch runs).
     pub decode_threads: usize,
-    /// Prefetch depth used (ready batches queued ahead of the consumer).
+    /// Prefetch depth (ready batches queued ahead of the consumer; with autotune, the latest
+    /// setting).
     pub prefetch: usize,
     /// Summed time the decode threads spent reading, decoding and resizing.
     pub decode_busy: Duration,

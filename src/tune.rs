@@ -1,7 +1,9 @@
-//! Autotune, like tf.data's `AUTOTUNE` but visible: after each epoch the loader looks at where
-//! time went and picks the decode threads and prefetch depth of the next epoch, within the
-//! memory budget (computed with the largest depth it may pick) and the number of cores.
-//! `Stats::decode_threads` and `Stats::prefetch` report what each epoch used.
+//! Autotune, like tf.data's `AUTOTUNE` but visible: every second while an epoch runs (and at
+//! its end, for the next one) the loader looks at where the time went since it last looked
+//! and picks the decode threads and prefetch depth, within the memory budget (computed with
+//! the largest depth and thread count it may pick) and the number of cores.
+//! `Stats::decode_threads` and `Stats::prefetch` report the current settings, and each change
+//! is logged at `info` level.
 //!
 //! - The consumer waited a lot (over 10% of the epoch) while the decode threads were busy: the
 //!   pipeline is short of CPU — one more decode thread, up to the number of cores.

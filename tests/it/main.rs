@@ -13,4 +13,5 @@ mod pipeline;
 mod shard;
 mod shutdown;
 mod staging;
+mod tune;
 mod webdataset;
