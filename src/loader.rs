@@ -389,14 +389,8 @@ impl Tuner {
             decode_busy: std::time::Duration::from_nanos(busy.saturating_sub(self.decode_busy_ns)),
             ..Stats::default()
         };
-        *self = Tuner {
-            knobs: self.knobs.clone(),
-            max_threads: self.max_threads,
-            at: Instant::now(),
-            images,
-            consumer_wait_ns: wait,
-            decode_busy_ns: busy,
-        };
+        (self.at, self.images) = (Instant::now(), images);
+        (self.consumer_wait_ns, self.decode_busy_ns) = (wait, busy);
         let mut k = self.knobs.lock().unwrap_or_else(|e| e.into_inner());
         let before = *k;
         *k = crate::tune::next(before, &window, self.max_threads);

@@ -486,7 +486,7 @@ pub(crate) fn start(
     let (loaded_tx, loaded_rx) = bounded::<Loaded>(window_size);
     // The prefetch queue: ready batches ahead of the consumer.
     let (batch_tx, batch_rx) = bounded(queue);
-    let mut handles = Vec::with_capacity(threads + 2);
+    let mut handles = Vec::with_capacity(spawned_threads + 2);
     // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
     let fetch = crate::fetch::byte_bound(&shared.source).map(|bound| {
         let (tx, rx) = bounded::<Fetched>(window_size);

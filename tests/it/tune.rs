@@ -22,17 +22,19 @@ fn issue_5_autotune_gives_back_threads_and_queue_to_a_slow_training_step_within_
     let build = |autotune| {
         Loader::builder(source.clone())
             .image_size(32)
-            .batch_size(2)
+            .batch_size(1)
             .decode_threads(2)
-            .prefetch(3)
+            .prefetch(2)
             .autotune(autotune)
             .seed(5)
             .build()
             .unwrap()
     };
     let tuned = build(true);
-    // A training step of 60 ms a batch: the decoders idle, the consumer never waits.
-    let got = indices(&tuned, Duration::from_millis(60));
+    // A training step of 40 ms a batch (about 4 s in all, so at least two retunes, one
+    // enough to go from 2 threads and 2 batches to 1 and 1): the decoders idle, the consumer
+    // never waits.
+    let got = indices(&tuned, Duration::from_millis(40));
     let stats = tuned.stats();
     assert_eq!(
         (stats.decode_threads, stats.prefetch),

@@ -141,6 +141,25 @@ fn issue_7_eight_ranks_over_tar_shards_are_disjoint_complete_and_equal_in_batche
     }
 }
 
+/// The indices of epoch `epoch` delivered by a loader from `make` stopped after `cut`
+/// batches, then by a fresh one resumed from its state (saved as text and parsed back).
+fn cut_and_resume(make: &dyn Fn() -> Loader, epoch: u64, cut: usize) -> Vec<u64> {
+    let loader = make();
+    let mut it = loader.epoch(epoch);
+    let mut got = Vec::new();
+    for _ in 0..cut {
+        got.extend_from_slice(it.next().unwrap().unwrap().indices());
+    }
+    let state: LoaderState = it.state().to_string().parse().unwrap();
+    drop(it);
+    got.extend(
+        make()
+            .resume(&state)
+            .flat_map(|b| b.unwrap().indices().to_vec()),
+    );
+    got
+}
+
 #[test]
 fn issue_7_tar_resume_delivers_exactly_the_rest() {
     let (_, dir) = shards_of(64, 9);
@@ -161,19 +180,7 @@ fn issue_7_tar_resume_delivers_exactly_the_rest() {
             .collect();
         // Cuts while the buffer fills, in the middle, and while it drains at the end.
         for cut in [1usize, 5, 37, 59, 63] {
-            let loader = make();
-            let mut it = loader.epoch(2);
-            let mut got = Vec::new();
-            for _ in 0..cut {
-                got.extend_from_slice(it.next().unwrap().unwrap().indices());
-            }
-            let state: LoaderState = it.state().to_string().parse().unwrap();
-            drop(it);
-            got.extend(
-                make()
-                    .resume(&state)
-                    .flat_map(|b| b.unwrap().indices().to_vec()),
-            );
+            let got = cut_and_resume(&make, 2, cut);
             assert_eq!(got, reference, "buffer {buffer}, cut after {cut}");
         }
     }
@@ -218,19 +225,7 @@ fn issue_7_tar_resume_with_a_buffer_and_skipped_samples_is_exact() {
         .collect();
     assert_eq!(reference.len(), 30 - 4);
     for cut in [1usize, 4, 8, 12] {
-        let loader = make();
-        let mut it = loader.epoch(0);
-        let mut got = Vec::new();
-        for _ in 0..cut {
-            got.extend_from_slice(it.next().unwrap().unwrap().indices());
-        }
-        let state: LoaderState = it.state().to_string().parse().unwrap();
-        drop(it);
-        got.extend(
-            make()
-                .resume(&state)
-                .flat_map(|b| b.unwrap().indices().to_vec()),
-        );
+        let got = cut_and_resume(&make, 0, cut);
         assert_eq!(got, reference, "cut after {cut} batches");
     }
 }
