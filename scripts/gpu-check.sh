@@ -11,6 +11,11 @@
 # Prints one summary line per figure at the end; exits non-zero if a step fails or a target is
 # missed. Needs cargo with the crates available (run `cargo fetch` first on an offline machine);
 # cmake and nasm for the default libjpeg-turbo decoder (else it builds the pure-Rust one).
+# On a machine without cargo, build elsewhere and pass the binaries instead:
+#   cargo build --release --features cuda --bin imagefeed
+#   cargo test --release --features cuda --test cuda --no-run   # prints the test binary's path
+#   IMAGEFEED_BIN=path/imagefeed IMAGEFEED_CUDA_TESTS=path/cuda-tests scripts/gpu-check.sh
+# (the test binary reads testdata/ from the checkout it was built in).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +30,6 @@ miss() { summary+=("MISSED: $*"); failed=1; }
 
 features=(--features cuda)
 if ! command -v cmake >/dev/null 2>&1 || ! command -v nasm >/dev/null 2>&1; then
-  echo "gpu-check: cmake or nasm missing: building with the pure-Rust JPEG decoder"
   features=(--no-default-features --features cuda,cuda-11040)
 fi
 
@@ -36,9 +40,36 @@ else
   echo "(nvidia-smi not found)"
 fi
 
-say "build (release, ${features[*]})"
-cargo build --release "${features[@]}" --bin imagefeed
-bin=${IMAGEFEED_BIN:-target/release/imagefeed} # a testing knob
+# cudarc looks for libnvrtc under the names CUDA 9 to 12 use (libnvrtc.so, .so.12, .so.11, ...);
+# CUDA 13 installs libnvrtc.so.13, and the toolkit's lib64 is often not in the loader's cache.
+# Point the loader at one it can use, so that the kernel is tested, not the host fallback.
+if ! ldconfig -p 2>/dev/null | grep -qE 'libnvrtc\.so( |\.1[0-2] |\.9 )'; then
+  nvrtc=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+    /opt /usr/local/lib -name 'libnvrtc.so*' -not -name '*builtins*' -not -name '*alt*' \
+    2>/dev/null | sort | head -1 || true)
+  if [ -n "$nvrtc" ]; then
+    mkdir -p "$work/lib"
+    ln -sf "$nvrtc" "$work/lib/libnvrtc.so"
+    export LD_LIBRARY_PATH="$work/lib:$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "gpu-check: NVRTC not in the loader cache: using $nvrtc"
+  else
+    echo "gpu-check: no libnvrtc found: the normalize kernel will not load"
+  fi
+fi
+
+if [ -n "${IMAGEFEED_BIN:-}" ] && [ -n "${IMAGEFEED_CUDA_TESTS:-}" ]; then
+  say "prebuilt binaries: $IMAGEFEED_BIN, $IMAGEFEED_CUDA_TESTS"
+  bin=$IMAGEFEED_BIN
+  run_tests() { "$IMAGEFEED_CUDA_TESTS" --nocapture --test-threads=1; }
+else
+  say "build (release, ${features[*]})"
+  if [[ " ${features[*]} " == *" --no-default-features "* ]]; then
+    echo "gpu-check: cmake or nasm missing: building with the pure-Rust JPEG decoder"
+  fi
+  cargo build --release "${features[@]}" --bin imagefeed
+  bin=${IMAGEFEED_BIN:-target/release/imagefeed}
+  run_tests() { cargo test --release "${features[@]}" --test cuda -- --nocapture --test-threads=1; }
+fi
 
 say "imagefeed gpu-info"
 if ! "$bin" gpu-info | tee "$work/info.txt"; then
@@ -53,8 +84,7 @@ else
 fi
 
 say "GPU tests (tests/cuda.rs)"
-if cargo test --release "${features[@]}" --test cuda -- --nocapture --test-threads=1 \
-    2>&1 | tee "$work/tests.txt"; then
+if run_tests 2>&1 | tee "$work/tests.txt"; then
   fig "GPU tests: $(grep -E '^test result' "$work/tests.txt" | tail -1)"
 else
   miss "GPU tests failed (output above)"
