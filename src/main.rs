@@ -625,6 +625,10 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "consumer_wait_fraction": s.consumer_wait_fraction(),
             "decode_busy_seconds": s.decode_busy.as_secs_f64(),
             "decode_wait_seconds": s.decode_wait.as_secs_f64(),
+            "read_seconds": s.read.as_secs_f64(),
+            "decode_seconds": s.decode.as_secs_f64(),
+            "resize_seconds": s.resize.as_secs_f64(),
+            "batch_write_seconds": s.batch_write.as_secs_f64(),
         });
         if let Device::Cuda(n) = loader.device() {
             gpu_report(&mut report, n, &s, device_wait, a.json);
@@ -652,6 +656,17 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
                 s.decode_threads,
                 s.prefetch
             );
+            if s.images > 0 && !s.from_cache {
+                let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / s.images as f64;
+                println!(
+                    "  per image (thread time): read {:.0} us, decode {:.0} us, resize {:.0} us, batch write {:.0} us; decode threads waited {:.0} us",
+                    us(s.read),
+                    us(s.decode),
+                    us(s.resize),
+                    us(s.batch_write),
+                    us(s.decode_wait)
+                );
+            }
             for (path, reason) in s.skipped_samples.iter().take(20) {
                 eprintln!("  skipped {}: {reason}", path.display());
             }

@@ -65,7 +65,11 @@ use crate::transform::Normalizer;
 #[derive(Debug)]
 pub(crate) struct Window {
     state: Mutex<WindowState>,
-    moved: Condvar,
+    /// Signalled when a position is released (one waiter can claim it).
+    room: Condvar,
+    /// Signalled when the active thread count changes, the plan ends or the epoch is
+    /// cancelled (every waiter rechecks).
+    changed: Condvar,
     size: usize,
     total: usize,
     prefetch: AtomicUsize,
@@ -78,6 +82,9 @@ struct WindowState {
     cancelled: bool,
     /// Decode threads numbered below this work; the others wait.
     active: usize,
+    /// Active threads waiting for room; the batcher wakes one per released position and no
+    /// one (no system call) when this is 0.
+    waiting_for_room: usize,
 }
 
 impl Window {
@@ -88,8 +95,10 @@ impl Window {
                 released: 0,
                 cancelled: false,
                 active,
+                waiting_for_room: 0,
             }),
-            moved: Condvar::new(),
+            room: Condvar::new(),
+            changed: Condvar::new(),
             size,
             total,
             prefetch: AtomicUsize::new(prefetch),
@@ -108,12 +117,26 @@ impl Window {
             if s.cancelled || s.next >= self.total {
                 return None;
             }
-            if thread < s.active && s.next < s.released + self.size {
+            if thread >= s.active {
+                s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+            } else if s.next < s.released + self.size {
                 s.next += 1;
+                if s.next == self.total {
+                    // The last position: the threads still waiting for room can stop.
+                    self.wake_all();
+                }
                 return Some(s.next - 1);
+            } else {
+                s.waiting_for_room += 1;
+                s = self.room.wait(s).unwrap_or_else(|e| e.into_inner());
+                s.waiting_for_room -= 1;
             }
-            s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    fn wake_all(&self) {
+        self.room.notify_all();
+        self.changed.notify_all();
     }
 
     /// Waits while decode thread `thread` is not active; `false` once nothing is left to
@@ -127,14 +150,14 @@ impl Window {
             if thread < s.active {
                 return true;
             }
-            s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     /// Sets how many decode threads work (autotune).
     pub(crate) fn set_active(&self, threads: usize) {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).active = threads.max(1);
-        self.moved.notify_all();
+        self.wake_all();
     }
 
     /// Sets how many ready batches may wait for the consumer (autotune).
@@ -143,11 +166,16 @@ impl Window {
     }
 
     fn release(&self, released: usize) {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .released = released;
-        self.moved.notify_all();
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let freed = released.saturating_sub(s.released);
+        s.released = released;
+        let waiting = s.waiting_for_room;
+        drop(s);
+        // One waiter per freed position; the one woken that finds no room (another thread
+        // claimed it first) waits again, so none is lost.
+        for _ in 0..freed.min(waiting) {
+            self.room.notify_one();
+        }
     }
 
     /// Like [`Window::claim`] without waiting.
@@ -169,7 +197,7 @@ impl Window {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .cancelled = true;
-        self.moved.notify_all();
+        self.wake_all();
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -591,6 +619,10 @@ fn decode_loop(shared: &EpochShared, tx: &Sender<Loaded>, from_fetch: FromFetch,
             budget.release(held);
         }
         add(&shared.stats.decode_busy_ns, busy.elapsed());
+        let times = decoder.take_times();
+        add(&shared.stats.read_ns, times.read);
+        add(&shared.stats.decode_ns, times.decode);
+        add(&shared.stats.resize_ns, times.resize);
         let result = match outcome {
             Ok(Ok(())) => Ok(buf),
             Ok(Err(e)) => Err(e),
@@ -735,15 +767,28 @@ impl Sink<'_> {
         let label = self.shared.source.index.label(index as usize);
         let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.shared.samples.0);
         let shared = self.shared;
-        self.batcher.add(
+        let started = Instant::now();
+        // A full batch's time waiting for a buffer (or a device slot) is not writing time.
+        let mut waited = std::time::Duration::ZERO;
+        let full = self.batcher.add(
             pixels,
             label,
             u64::from(index),
-            || Self::fresh_parts(shared, format, pool_rx),
+            || {
+                let asked = Instant::now();
+                let parts = Self::fresh_parts(shared, format, pool_rx);
+                waited = asked.elapsed();
+                parts
+            },
             |px| {
                 let _ = samples.try_send(px);
             },
-        )
+        );
+        add(
+            &shared.stats.batch_write_ns,
+            started.elapsed().saturating_sub(waited),
+        );
+        full
     }
 
     /// Writes a copy of a sample in place of a skipped one (sharded epochs keep their size).
@@ -797,11 +842,22 @@ impl Sink<'_> {
         }
         let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.shared.samples.0);
         let shared = self.shared;
+        let started = Instant::now();
+        let mut waited = std::time::Duration::ZERO;
         let last = self.batcher.finish(
-            || Self::fresh_parts(shared, format, pool_rx),
+            || {
+                let asked = Instant::now();
+                let parts = Self::fresh_parts(shared, format, pool_rx);
+                waited = asked.elapsed();
+                parts
+            },
             |px| {
                 let _ = samples.try_send(px);
             },
+        );
+        add(
+            &shared.stats.batch_write_ns,
+            started.elapsed().saturating_sub(waited),
         );
         match last {
             Some(parts) => self.send(parts),
@@ -976,4 +1032,70 @@ fn batch_loop_inner(
         cache.commit(writer)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// Many threads claiming through a small window, with the releaser lagging: every position
+    /// is claimed exactly once, in order, never more than `size` ahead, and every thread ends.
+    #[test]
+    fn window_hands_out_each_position_once_and_wakes_every_waiter() {
+        for (threads, size, total) in [(16, 2, 5_000), (8, 16, 20_000), (3, 1, 2_000)] {
+            let window = Arc::new(Window::new(size, total, threads, 1));
+            let claimed: Arc<Vec<AtomicU64>> =
+                Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
+            let (tx, rx) = crossbeam_channel::unbounded::<usize>();
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (window, claimed, tx) = (window.clone(), claimed.clone(), tx.clone());
+                    std::thread::spawn(move || {
+                        while let Some(seq) = window.claim_as(t) {
+                            claimed[seq].fetch_add(1, Ordering::Relaxed);
+                            tx.send(seq).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            drop(tx);
+            // The batcher: releases positions in order as they arrive.
+            let mut seen = vec![false; total];
+            let mut next = 0;
+            for seq in rx.iter() {
+                assert!(
+                    seq < next + size,
+                    "position {seq} claimed {size}+ ahead of {next}"
+                );
+                seen[seq] = true;
+                while next < total && seen[next] {
+                    next += 1;
+                    window.release(next);
+                }
+            }
+            for w in workers {
+                w.join().unwrap();
+            }
+            assert_eq!(next, total);
+            assert!(claimed.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+        }
+    }
+
+    /// Threads made inactive wait without claiming, and wake when activated or cancelled.
+    #[test]
+    fn window_parks_inactive_threads_until_activated_or_cancelled() {
+        let window = Arc::new(Window::new(4, 100, 1, 1));
+        let w = window.clone();
+        let parked = std::thread::spawn(move || w.claim_as(1));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!parked.is_finished(), "an inactive thread claimed");
+        window.set_active(2);
+        assert_eq!(parked.join().unwrap(), Some(0));
+        let w = window.clone();
+        let parked = std::thread::spawn(move || w.claim_as(3));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        window.cancel();
+        assert_eq!(parked.join().unwrap(), None);
+    }
 }

@@ -48,6 +48,16 @@ pub struct Stats {
     pub decode_busy: Duration,
     /// Summed time the decode threads waited (for the reorder window or the batcher).
     pub decode_wait: Duration,
+    /// The part of `decode_busy` spent reading files (opening, checking and reading them;
+    /// 0 for fetched bytes, which the fetch stage read).
+    pub read: Duration,
+    /// The part of `decode_busy` spent decoding (JPEG at its DCT scale, or PNG).
+    pub decode: Duration,
+    /// The part of `decode_busy` spent resizing and orienting.
+    pub resize: Duration,
+    /// Time the batcher spent writing samples into batches (the normalize to the output type
+    /// and layout, on the normalize pool when there is one).
+    pub batch_write: Duration,
     /// Time the batcher spent waiting for a full prefetch queue (the consumer is slower).
     pub batcher_wait_consumer: Duration,
     /// Time the consumer waited inside `next()` (the pipeline is slower).
@@ -105,6 +115,10 @@ pub(crate) struct StatsCell {
     pub(crate) cache_hits: AtomicU64,
     pub(crate) decode_busy_ns: AtomicU64,
     pub(crate) decode_wait_ns: AtomicU64,
+    pub(crate) read_ns: AtomicU64,
+    pub(crate) decode_ns: AtomicU64,
+    pub(crate) resize_ns: AtomicU64,
+    pub(crate) batch_write_ns: AtomicU64,
     pub(crate) batcher_wait_ns: AtomicU64,
     pub(crate) consumer_wait_ns: AtomicU64,
     pub(crate) h2d_bytes: AtomicU64,
@@ -135,6 +149,10 @@ impl StatsCell {
             &self.cache_hits,
             &self.decode_busy_ns,
             &self.decode_wait_ns,
+            &self.read_ns,
+            &self.decode_ns,
+            &self.resize_ns,
+            &self.batch_write_ns,
             &self.batcher_wait_ns,
             &self.consumer_wait_ns,
             &self.h2d_bytes,
@@ -195,6 +213,10 @@ impl StatsCell {
             prefetch: self.prefetch.load(Relaxed) as usize,
             decode_busy: ns(&self.decode_busy_ns),
             decode_wait: ns(&self.decode_wait_ns),
+            read: ns(&self.read_ns),
+            decode: ns(&self.decode_ns),
+            resize: ns(&self.resize_ns),
+            batch_write: ns(&self.batch_write_ns),
             batcher_wait_consumer: ns(&self.batcher_wait_ns),
             consumer_wait: ns(&self.consumer_wait_ns),
             h2d_bytes: self.h2d_bytes.load(Relaxed),

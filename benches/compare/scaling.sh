@@ -6,7 +6,8 @@
 #
 # Each thread count N runs on cores 0..N-1 (taskset, where it exists), so that 2 threads on a
 # 16-core machine is a 2-core measurement. Rounds (ROUNDS, default 2) alternate the tools; the
-# table gives medians. IMAGEFEED selects the binary (default: target/release/imagefeed).
+# table gives medians. IMAGEFEED selects the binary (default: target/release/imagefeed); TORCH=0
+# leaves PyTorch out.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 list=${1:?usage: scaling.sh LIST [THREADS...]}
@@ -16,7 +17,7 @@ if [ ${#threads[@]} -eq 0 ]; then threads=(2 "$(nproc)"); fi
 bin=${IMAGEFEED:-target/release/imagefeed}
 rounds=${ROUNDS:-2}
 have_torch=0
-if python3 -c 'import torch, torchvision' 2>/dev/null; then have_torch=1; else
+if [ "${TORCH:-1}" != 0 ] && python3 -c 'import torch, torchvision' 2>/dev/null; then have_torch=1; else
   echo "scaling: torch/torchvision not importable: skipping the PyTorch DataLoader"
 fi
 out=$(mktemp -d)

@@ -22,6 +22,7 @@ pub(crate) mod header;
 use std::io::Read;
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::error::{DecodeFailure, Error};
 use crate::transform::{Geometry, Resizer};
@@ -118,6 +119,16 @@ pub(crate) struct Decoder {
     resizer: Resizer,
     #[cfg(feature = "turbojpeg")]
     tj: Option<turbojpeg::Decompressor>,
+    /// Time spent in each step since the last [`Decoder::take_times`].
+    times: StageTimes,
+}
+
+/// Time a decoder spent reading, decoding and resizing.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct StageTimes {
+    pub(crate) read: Duration,
+    pub(crate) decode: Duration,
+    pub(crate) resize: Duration,
 }
 
 fn fail(path: &Path, msg: impl Into<String>) -> Error {
@@ -143,7 +154,13 @@ impl Decoder {
             resizer: Resizer::new(),
             #[cfg(feature = "turbojpeg")]
             tj: None,
+            times: StageTimes::default(),
         }
+    }
+
+    /// The time spent in each step since the last call.
+    pub(crate) fn take_times(&mut self) -> StageTimes {
+        std::mem::take(&mut self.times)
     }
 
     /// Reads, decodes, resizes and orients the image at `path` into `out`
@@ -155,6 +172,7 @@ impl Decoder {
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
+        let started = Instant::now();
         // Stat before opening: opening a FIFO would block until a writer appears, and a
         // device could be read forever.
         let kind = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
@@ -190,6 +208,7 @@ impl Decoder {
             .read_to_end(&mut self.file)
             .map_err(|e| Error::io(path, e));
         let mut file_bytes = std::mem::take(&mut self.file);
+        self.times.read += started.elapsed();
         let result = read.and_then(|_| {
             if file_bytes.len() as u64 > limit {
                 return Err(fail(path, "file grew past the size limit while being read"));
@@ -233,13 +252,20 @@ impl Decoder {
     ) -> Result<(), Error> {
         let result = {
             let mut resizer = std::mem::take(&mut self.resizer);
+            let started = Instant::now();
+            let mut decoded_at = None;
             let r = self
                 .decode(bytes, path, geom, gate_held, gate)
                 .and_then(|d| {
+                    decoded_at = Some(Instant::now());
                     resizer
                         .resize_orient(&d, geom, out)
                         .map_err(|m| fail(path, m))
                 });
+            let done = Instant::now();
+            let decoded_at = decoded_at.unwrap_or(done);
+            self.times.decode += decoded_at - started;
+            self.times.resize += done - decoded_at;
             self.resizer = resizer;
             r
         };

@@ -660,3 +660,37 @@ fn two_epochs_of_one_loader_can_run_interleaved() {
     order_a.sort_unstable();
     assert_eq!(order_a, (0..25).collect::<Vec<u64>>());
 }
+
+#[test]
+fn issue_5_stats_split_the_decode_threads_time_by_step() {
+    let loader = Loader::builder(common::corpus_source())
+        .batch_size(16)
+        .decode_threads(2)
+        .build()
+        .unwrap();
+    let images: usize = common::collect_ok(loader.epoch(0))
+        .iter()
+        .map(Batch::len)
+        .sum();
+    let s = loader.stats();
+    assert_eq!(s.images as usize, images);
+    for (step, d) in [
+        ("read", s.read),
+        ("decode", s.decode),
+        ("resize", s.resize),
+        ("batch write", s.batch_write),
+    ] {
+        assert!(!d.is_zero(), "{step} time not measured: {s:?}");
+    }
+    // The steps are parts of the decode threads' busy time.
+    let steps = s.read + s.decode + s.resize;
+    assert!(
+        steps <= s.decode_busy,
+        "read + decode + resize {steps:?} > busy {:?}",
+        s.decode_busy
+    );
+    assert!(
+        steps.as_secs_f64() >= 0.5 * s.decode_busy.as_secs_f64(),
+        "{s:?}"
+    );
+}
