@@ -12,27 +12,22 @@ import resource
 import sys
 import time
 
+from listfile import option, read_list
+
 
 def main():
     args = sys.argv[1:]
     if not args:
         sys.exit(__doc__)
     lst = args[0]
-    epochs = int(args[args.index("--epochs") + 1]) if "--epochs" in args else 1
-    cache = args[args.index("--cache") + 1] if "--cache" in args else None
+    epochs = option(args, "epochs", 1, int)
+    cache = option(args, "cache", None)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    base = os.path.dirname(os.path.abspath(lst))
-    paths, labels = [], []
-    with open(lst, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            p, l = line.rsplit(None, 1)
-            paths.append(os.path.join(base, p))
-            labels.append(int(l))
+    items = read_list(lst)
+    paths = [p for p, _ in items]
+    labels = [l for _, l in items]
 
     def load(path, label):
         img = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)

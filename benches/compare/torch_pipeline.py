@@ -13,6 +13,8 @@ import os
 import sys
 import time
 
+from listfile import option, read_list
+
 
 def rss_tree(pid):
     """Resident bytes of `pid` and its children (DataLoader workers are processes)."""
@@ -35,21 +37,13 @@ def main():
     if not args:
         sys.exit(__doc__)
     lst = args[0]
-    epochs = int(args[args.index("--epochs") + 1]) if "--epochs" in args else 1
-    workers = int(args[args.index("--workers") + 1]) if "--workers" in args else os.cpu_count()
+    epochs = option(args, "epochs", 1, int)
+    workers = option(args, "workers", os.cpu_count(), int)
     import torch
     from torchvision.io import ImageReadMode, decode_jpeg, read_file
     from torchvision.transforms.v2.functional import resize
 
-    base = os.path.dirname(os.path.abspath(lst))
-    items = []
-    with open(lst, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            p, l = line.rsplit(None, 1)
-            items.append((os.path.join(base, p), int(l)))
+    items = read_list(lst)
 
     class Files(torch.utils.data.Dataset):
         def __len__(self):
