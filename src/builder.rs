@@ -14,13 +14,14 @@ use crate::loader::Loader;
 use crate::source::Source;
 use crate::transform::{Dtype, Geometry, Layout, ResizeFilter, ResizeMode};
 
-/// Reorder-window positions per decode thread. Decode times vary tenfold within a corpus (a
-/// 10 MP photo decoded at 1/8 takes ~7 ms, a 400x300 one ~0.3 ms), and the window only moves
-/// on when its oldest sample is done, so a small window leaves threads waiting behind one slow
-/// image. Measured with `imagefeed bench` on 5,000 ImageNet-sized JPEGs (16-core Xeon,
-/// medians of 2): 8 per thread gave 7,500 images/s at 16 threads and 4,550 at 8 (decode
-/// threads waiting 30% and 20% of the time); 32 gives 9,950 and 5,880 (under 5% waiting) for
-/// 2.5 MB more memory per thread (f32 160x160: 32 x 77 kB).
+/// Reorder-window positions per decode thread. Decode times vary more than tenfold within a
+/// corpus (~7 ms for a photo large enough for 1/8 scale, ~0.3 ms for one too small to scale),
+/// and the window only moves on when its oldest sample is done, so a small window leaves
+/// threads waiting behind one slow image. Measured with `imagefeed bench` on 5,000
+/// ImageNet-sized JPEGs (16-core Xeon, medians of 4 runs): 8 per thread gave 7,280 images/s at
+/// 16 threads and 4,560 at 8 (decode threads waiting 27-31% and 16-17% of their time); 32
+/// gives 9,940 and 5,860 (3-8% and under 1%) for 2.5 MB more memory per thread (32 samples of
+/// 160x160 RGB, 77 kB each, kept as `u8` until the batcher).
 const WINDOW_PER_THREAD: usize = 32;
 
 /// Where batches are delivered.

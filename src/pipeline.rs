@@ -1041,8 +1041,32 @@ mod tests {
 
     /// Many threads claiming through a small window, with the releaser lagging: every position
     /// is claimed exactly once, in order, never more than `size` ahead, and every thread ends.
+    /// Runs `f` on its own thread and fails if it takes more than 60 s (a lost wake-up leaves
+    /// a decode thread waiting forever: the test must fail, not hang).
+    fn within_a_minute(f: impl FnOnce() + Send + 'static) {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let runner = std::thread::spawn(move || {
+            f();
+            let _ = done_tx.send(());
+        });
+        match done_rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(()) => runner.join().unwrap(),
+            // The runner panicked (an assertion): report its panic.
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                std::panic::resume_unwind(runner.join().unwrap_err())
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                panic!("hung: a thread waiting at the window was never woken")
+            }
+        }
+    }
+
     #[test]
     fn window_hands_out_each_position_once_and_wakes_every_waiter() {
+        within_a_minute(window_scenarios);
+    }
+
+    fn window_scenarios() {
         for (threads, size, total) in [(16, 2, 5_000), (8, 16, 20_000), (3, 1, 2_000)] {
             let window = Arc::new(Window::new(size, total, threads, 1));
             let claimed: Arc<Vec<AtomicU64>> =
@@ -1085,6 +1109,10 @@ mod tests {
     /// Threads made inactive wait without claiming, and wake when activated or cancelled.
     #[test]
     fn window_parks_inactive_threads_until_activated_or_cancelled() {
+        within_a_minute(parking_scenario);
+    }
+
+    fn parking_scenario() {
         let window = Arc::new(Window::new(4, 100, 1, 1));
         let w = window.clone();
         let parked = std::thread::spawn(move || w.claim_as(1));

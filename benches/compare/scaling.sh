@@ -17,7 +17,11 @@ if [ ${#threads[@]} -eq 0 ]; then threads=(2 "$(nproc)"); fi
 bin=${IMAGEFEED:-target/release/imagefeed}
 rounds=${ROUNDS:-2}
 have_torch=0
-if [ "${TORCH:-1}" != 0 ] && python3 -c 'import torch, torchvision' 2>/dev/null; then have_torch=1; else
+if [ "${TORCH:-1}" = 0 ]; then
+  echo "scaling: TORCH=0: skipping the PyTorch DataLoader"
+elif python3 -c 'import torch, torchvision' 2>/dev/null; then
+  have_torch=1
+else
   echo "scaling: torch/torchvision not importable: skipping the PyTorch DataLoader"
 fi
 out=$(mktemp -d)

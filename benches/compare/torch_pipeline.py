@@ -5,7 +5,7 @@ in a DataLoader(batch_size=64, shuffle=True, num_workers=N, pin_memory=False).
 
 usage: torch_pipeline.py LIST [--epochs N] [--workers N]
 Prints one JSON object per epoch: epoch, images, seconds, images_per_sec, peak_rss_bytes
-(the main process and its worker processes together, read from /proc at the epoch's end).
+(the main process and its worker processes together, read from /proc every 8 batches).
 LIST has `PATH<TAB>LABEL` lines, paths relative to the list's folder.
 """
 import json
