@@ -4,6 +4,7 @@
 //! `cargo bench --bench transform`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use fast_image_resize as fir;
 use imagefeed::{fuzzing, Dtype, Layout, ResizeFilter};
 use std::hint::black_box;
 
@@ -29,6 +30,27 @@ fn transform(c: &mut Criterion) {
                 b.iter(|| black_box(fuzzing::resize(black_box(px), w, h, 160, filter, &mut out)))
             });
         }
+    }
+    // The same antialiased resize with fast_image_resize (AVX2), which imagefeed used
+    // before its own resampler: the side-by-side baseline.
+    for (name, px, w, h) in [
+        ("500x375", &src, 500u32, 375u32),
+        ("250x188", &half, 250, 188),
+    ] {
+        let id = BenchmarkId::new("fast_image_resize", format!("{name}_to_160"));
+        let mut resizer = fir::Resizer::new();
+        let opts = fir::ResizeOptions::new()
+            .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear));
+        g.bench_function(id, |b| {
+            b.iter(|| {
+                let s = fir::images::ImageRef::new(w, h, black_box(px), fir::PixelType::U8x3)
+                    .expect("source");
+                let mut d =
+                    fir::images::Image::from_slice_u8(160, 160, &mut out, fir::PixelType::U8x3)
+                        .expect("destination");
+                black_box(resizer.resize(&s, &mut d, &opts).is_ok())
+            })
+        });
     }
     g.finish();
 

@@ -308,7 +308,8 @@ pub struct MemoryBudget {
     pub in_flight_bytes: u64,
     /// The shuffle buffer (`shuffle_buffer` × one `u8` sample).
     pub shuffle_buffer_bytes: u64,
-    /// Per-thread decode buffers kept between images (file bytes, pixels, resize scratch).
+    /// Per-thread decode buffers kept between images (file bytes, pixels, the resize's
+    /// intermediate image and filter taps).
     pub decode_scratch_bytes: u64,
     /// One large image (over the per-thread working set) at a time: `max_pixels` × 11 bytes
     /// plus its file. Lower `max_pixels` to lower it.
@@ -343,7 +344,11 @@ impl MemoryBudget {
             index_bytes: source.heap_bytes() + n * 4,
             in_flight_bytes: (cfg.reorder_window() + cfg.batch_size + 2) as u64 * sample,
             shuffle_buffer_bytes: cfg.sample_shuffle_buffer() as u64 * sample,
-            decode_scratch_bytes: threads * (RETAIN_BYTES + SMALL_DECODE_BYTES + sample),
+            decode_scratch_bytes: threads
+                * (RETAIN_BYTES
+                    + SMALL_DECODE_BYTES
+                    + sample
+                    + crate::transform::RESIZE_RETAINED_BYTES as u64),
             large_image_bytes: cfg.max_pixels * LARGE_BYTES_PER_PIXEL
                 + cfg.decode_settings().max_file_bytes(),
             batch_bytes: (cfg.max_prefetch() as u64 + 3) * batch + pinned_bytes(cfg),

@@ -574,19 +574,19 @@ pub(crate) fn jpeg_working_set(info: &JpegInfo, scale: u32, turbo: bool) -> u64 
 
 /// A `.jpg`/`.jpeg` file must hold JPEG data and a `.png` file PNG data.
 fn check_extension(path: &Path, format: Format) -> Result<(), Error> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    let expected = match ext.as_deref() {
-        Some("jpg" | "jpeg" | "jpe" | "jfif") => Format::Jpeg,
-        Some("png") => Format::Png,
-        _ => return Ok(()),
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let is = |name: &str| ext.eq_ignore_ascii_case(name);
+    let expected = if is("jpg") || is("jpeg") || is("jpe") || is("jfif") {
+        Format::Jpeg
+    } else if is("png") {
+        Format::Png
+    } else {
+        return Ok(());
     };
     if format == expected {
         return Ok(());
     }
-    let ext = ext.unwrap_or_default();
+    let ext = ext.to_ascii_lowercase();
     Err(fail(
         path,
         if matches!(format, Format::Jpeg | Format::Png) {
