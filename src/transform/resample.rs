@@ -437,13 +437,46 @@ mod avx2 {
             return 0;
         }
         let half = _mm256_set1_epi32(HALF);
-        // 16 output bytes from `i`.
-        let block = |i: usize| {
+        let zero = _mm256_setzero_si256();
+        let round = |v: __m256i| _mm256_srai_epi32::<{ BITS as i32 }>(_mm256_add_epi32(v, half));
+        // 32 output bytes from `i`.
+        let block32 = |i: usize| {
+            let mut acc = [_mm256_setzero_si256(); 4];
+            for p in 0..pairs {
+                let (oa, ob) = (offsets[2 * p], offsets[2 * p + 1]);
+                // SAFETY: o + i + 32 <= o + len <= src.len() for every offset (checked above).
+                let (a, b) = unsafe {
+                    (
+                        _mm256_loadu_si256(src.as_ptr().add(oa + i).cast()),
+                        _mm256_loadu_si256(src.as_ptr().add(ob + i).cast()),
+                    )
+                };
+                // Byte j of both rows side by side, then as i16 pairs (a_j, b_j); in-lane, so
+                // the four vectors hold bytes 0-3|16-19, 4-7|20-23, 8-11|24-27, 12-15|28-31.
+                let (lo, hi) = (_mm256_unpacklo_epi8(a, b), _mm256_unpackhi_epi8(a, b));
+                let pair = _mm256_set1_epi32(pack(w[2 * p], w[2 * p + 1]));
+                let parts = [
+                    _mm256_unpacklo_epi8(lo, zero),
+                    _mm256_unpackhi_epi8(lo, zero),
+                    _mm256_unpacklo_epi8(hi, zero),
+                    _mm256_unpackhi_epi8(hi, zero),
+                ];
+                for (acc, part) in acc.iter_mut().zip(parts) {
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(part, pair));
+                }
+            }
+            // The in-lane packs put the bytes back in order: 0-15 in the low lane, 16-31 high.
+            let a = _mm256_packs_epi32(round(acc[0]), round(acc[1]));
+            let b = _mm256_packs_epi32(round(acc[2]), round(acc[3]));
+            _mm256_packus_epi16(a, b)
+        };
+        // 16 output bytes from `i`, for a row shorter than 32.
+        let block16 = |i: usize| {
             let mut lo = _mm256_setzero_si256();
             let mut hi = _mm256_setzero_si256();
             for p in 0..pairs {
                 let (oa, ob) = (offsets[2 * p], offsets[2 * p + 1]);
-                // SAFETY: o + i + 16 <= o + len <= src.len() for every offset, checked above.
+                // SAFETY: o + i + 16 <= o + len <= src.len() for every offset (checked above).
                 let (a, b) = unsafe {
                     (
                         _mm_loadu_si128(src.as_ptr().add(oa + i).cast()),
@@ -456,21 +489,27 @@ mod avx2 {
                 lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), pair));
                 hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), pair));
             }
-            let lo = _mm256_srai_epi32::<{ BITS as i32 }>(_mm256_add_epi32(lo, half));
-            let hi = _mm256_srai_epi32::<{ BITS as i32 }>(_mm256_add_epi32(hi, half));
             // In-lane packs undo the in-lane unpacks: bytes 0..8 in the low lane, 8..16 high.
-            let s = _mm256_packs_epi32(lo, hi);
+            let s = _mm256_packs_epi32(round(lo), round(hi));
             let u = _mm256_packus_epi16(s, s);
             _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b1000>(u))
         };
+        if len < 32 {
+            for at in [0, len - 16] {
+                let v = block16(at);
+                // SAFETY: at + 16 <= len = out.len().
+                unsafe { _mm_storeu_si128(out.as_mut_ptr().add(at).cast(), v) };
+            }
+            return len;
+        }
         let mut i = 0;
         while i < len {
             // The last block ends at `len`, recomputing a few bytes the one before wrote.
-            let at = i.min(len - 16);
-            let v = block(at);
-            // SAFETY: at + 16 <= len = out.len().
-            unsafe { _mm_storeu_si128(out.as_mut_ptr().add(at).cast(), v) };
-            i += 16;
+            let at = i.min(len - 32);
+            let v = block32(at);
+            // SAFETY: at + 32 <= len = out.len().
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(at).cast(), v) };
+            i += 32;
         }
         len
     }
