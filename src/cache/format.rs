@@ -4,7 +4,7 @@
 //! header (HEADER_LEN = 4096 bytes)
 //!   magic "IMGFEED\0" | version u32 | header_len u32 | height u32 | width u32 | channels u32
 //!   | dtype u8 (0 = u8) | resize mode u8 | EXIF u8 | DCT scaling u8 | decoder u8 | ext check u8
-//!   | pad 2 | max_pixels u64 | count u64 | record_len u64 | source fingerprint [u8; 16]
+//!   | resize filter u8 | resampler u8 | max_pixels u64 | count u64 | record_len u64 | source fingerprint [u8; 16]
 //!   | header checksum u64 (xxh3 of the bytes before it), zero padding to 4096
 //! record i (for dataset index i) at HEADER_LEN + i * record_len
 //!   status u8 (0 absent, 1 pixels, 2 failed sample) | pad 3 | label u32 | index u32
@@ -46,6 +46,12 @@ pub(crate) struct Header {
     pub(crate) dct_scaling: u8,
     pub(crate) decoder: u8,
     pub(crate) check_extension: u8,
+    /// The resize filter ([`ResizeFilter`](crate::ResizeFilter) as a number).
+    pub(crate) resize_filter: u8,
+    /// The version of the resize code that made the samples
+    /// ([`RESAMPLER_VERSION`](crate::transform::RESAMPLER_VERSION)); 0 in caches written
+    /// before it was recorded.
+    pub(crate) resampler: u8,
     pub(crate) max_pixels: u64,
     pub(crate) count: u64,
     pub(crate) fingerprint: [u8; 16],
@@ -86,8 +92,8 @@ impl Header {
             self.dct_scaling,
             self.decoder,
             self.check_extension,
-            0,
-            0,
+            self.resize_filter,
+            self.resampler,
         ]);
         b.extend_from_slice(&self.max_pixels.to_le_bytes());
         b.extend_from_slice(&self.count.to_le_bytes());
@@ -130,6 +136,8 @@ impl Header {
             dct_scaling: b[31],
             decoder: b[32],
             check_extension: b[33],
+            resize_filter: b[34],
+            resampler: b[35],
             max_pixels: u64_at(36),
             count: u64_at(44),
             fingerprint: b[60..76].try_into().expect("16 bytes"),
@@ -301,6 +309,8 @@ mod tests {
             dct_scaling: 1,
             decoder: 0,
             check_extension: 1,
+            resize_filter: 0,
+            resampler: 1,
             max_pixels: 1000,
             count: 3,
             fingerprint: [7; 16],

@@ -98,6 +98,8 @@ impl Cache {
             dct_scaling: u8::from(cfg.dct_scaling),
             decoder: cfg.jpeg_decoder as u8,
             check_extension: u8::from(cfg.check_extension),
+            resize_filter: cfg.resize_filter as u8,
+            resampler: crate::transform::RESAMPLER_VERSION,
             max_pixels: cfg.max_pixels,
             count: source.len() as u64,
             fingerprint: fingerprint(source),
@@ -148,8 +150,13 @@ impl Cache {
                 "stale: made for {}x{} samples, the loader wants {}x{}",
                 found.height, found.width, want.height, want.width
             )
+        } else if found.resampler != want.resampler {
+            format!(
+                "stale: made by resize code version {}, this build's is {} (its samples differ slightly)",
+                found.resampler, want.resampler
+            )
         } else {
-            "stale: made with other transform settings (resize mode, EXIF, decoder, max_pixels)"
+            "stale: made with other transform settings (resize mode or filter, EXIF, decoder, max_pixels)"
                 .into()
         }
     }

@@ -139,6 +139,11 @@ impl Geometry {
 
 pub(crate) use resample::RETAINED_BYTES as RESIZE_RETAINED_BYTES;
 
+/// The version of the resize's arithmetic, recorded in caches: bump it whenever the same image
+/// and settings would give other `u8` samples, so caches of the old samples are rebuilt.
+/// (0: caches from before it was recorded, whose samples fast_image_resize made.)
+pub(crate) const RESAMPLER_VERSION: u8 = 1;
+
 /// A per-worker resizer with its scratch buffers.
 #[derive(Default)]
 pub(crate) struct Resizer {

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use imagefeed::{Batch, CachePolicy, Dtype, ErrorKind, Loader, LoaderBuilder, OnError, Source};
+use imagefeed::{
+    Batch, CachePolicy, Dtype, ErrorKind, Loader, LoaderBuilder, OnError, ResizeFilter, Source,
+};
 
 use crate::common::{corpus, subset};
 
@@ -128,6 +130,20 @@ fn issue_3_stale_caches_are_rebuilt() {
             .apply_exif_orientation(false)),
         (true, false)
     );
+    // Another resize filter: stale (the samples differ).
+    assert_eq!(
+        wrote(&list, &cache, |b| b
+            .image_size(96)
+            .apply_exif_orientation(false)
+            .resize_filter(ResizeFilter::Bilinear)),
+        (true, false)
+    );
+    assert_eq!(
+        wrote(&list, &cache, |b| b
+            .image_size(96)
+            .apply_exif_orientation(false)),
+        (true, false)
+    );
     // A changed label: stale.
     let text = std::fs::read_to_string(&list)
         .unwrap()
@@ -139,6 +155,26 @@ fn issue_3_stale_caches_are_rebuilt() {
             .apply_exif_orientation(false)),
         (true, false)
     );
+}
+
+#[test]
+fn issue_5_a_cache_from_older_resize_code_is_rebuilt() {
+    // Caches record the version of the resize code; one whose samples an older resizer made
+    // (version byte 0, as before it was recorded) is stale, not silently mixed in.
+    let (dir, list) = private_copy(8);
+    let cache = dir.path().join("c.cache");
+    assert_eq!(wrote(&list, &cache, |b| b), (true, false));
+    let mut bytes = std::fs::read(&cache).unwrap();
+    assert_ne!(bytes[35], 0, "the resampler version is recorded at byte 35");
+    bytes[35] = 0;
+    // Re-seal the header so only the version differs: its checksum, and the footer's copy.
+    let sum = xxhash_rust::xxh3::xxh3_64(&bytes[..76]).to_le_bytes();
+    bytes[76..84].copy_from_slice(&sum);
+    let n = bytes.len();
+    bytes[n - 8..].copy_from_slice(&sum);
+    std::fs::write(&cache, &bytes).unwrap();
+    assert_eq!(wrote(&list, &cache, |b| b), (true, false));
+    assert_eq!(wrote(&list, &cache, |b| b), (false, true));
 }
 
 #[test]
