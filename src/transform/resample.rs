@@ -256,8 +256,8 @@ impl Resampler {
         // output (upscaling a wide, short image): then horizontal first.
         if dst_h * span_w <= (span_h * span_w).max(dst_h * dst_w) {
             let stride = span_w * 3;
-            tmp.clear();
-            tmp.resize(dst_h * stride + PAD, 0);
+            // Every row is overwritten below: only grow (zeroing once), never clear.
+            grow(&mut tmp, dst_h * stride + PAD);
             for (y, row) in tmp.chunks_exact_mut(stride).take(dst_h).enumerate() {
                 offsets(&mut self.row_offsets, &rows, y, sh, sw * 3, x0 * 3);
                 vertical(src.rgb, &self.row_offsets, rows.weights(y), row, simd);
@@ -267,9 +267,8 @@ impl Resampler {
             }
         } else {
             let stride = dst_w * 3;
-            tmp.clear();
-            tmp.resize(span_h * stride, 0);
-            for (y, row) in tmp.chunks_exact_mut(stride).enumerate() {
+            grow(&mut tmp, span_h * stride);
+            for (y, row) in tmp.chunks_exact_mut(stride).take(span_h).enumerate() {
                 horizontal(&src.rgb[(y0 + y) * sw * 3..], &cols, 0, row, simd);
             }
             for (y, row) in out.chunks_exact_mut(stride).enumerate() {
@@ -291,6 +290,14 @@ impl Resampler {
         }
         self.cache.truncate(CACHED_TAPS);
         Ok(())
+    }
+}
+
+/// Makes `buf` at least `len` bytes long, keeping what it holds (stale bytes are fine: the
+/// caller overwrites what it reads, or reads them with zero weights).
+fn grow(buf: &mut Vec<u8>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0);
     }
 }
 
