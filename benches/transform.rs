@@ -31,6 +31,28 @@ fn transform(c: &mut Criterion) {
             });
         }
     }
+    // The same sizes with a resizer kept between calls, as a decode thread's is: the filter
+    // taps of a size already seen are reused (the rows above rebuild them every call, as for
+    // a dataset whose images never share a size).
+    for (name, px, w, h) in [
+        ("500x375", &src, 500u32, 375u32),
+        ("250x188", &half, 250, 188),
+    ] {
+        let id = BenchmarkId::new("Antialiased_same_size", format!("{name}_to_160"));
+        let mut resizer = fuzzing::BenchResizer::new();
+        g.bench_function(id, |b| {
+            b.iter(|| {
+                black_box(resizer.resize(
+                    black_box(px),
+                    w,
+                    h,
+                    160,
+                    ResizeFilter::Antialiased,
+                    &mut out,
+                ))
+            })
+        });
+    }
     // The same antialiased resize with fast_image_resize (AVX2), which imagefeed used
     // before its own resampler: the side-by-side baseline.
     for (name, px, w, h) in [

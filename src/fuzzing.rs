@@ -158,7 +158,7 @@ impl BenchDecoder {
 }
 
 /// Resizes an RGB8 image into `out` (`size * size * 3` bytes) as the pipeline does, with
-/// `filter`.
+/// `filter`, with a fresh resizer (so its filter taps are computed for this call).
 pub fn resize(
     rgb: &[u8],
     width: u32,
@@ -167,21 +167,44 @@ pub fn resize(
     filter: ResizeFilter,
     out: &mut [u8],
 ) -> bool {
-    let geom = Geometry {
-        width: size,
-        height: size,
-        mode: ResizeMode::Stretch,
-        filter,
-    };
-    let decoded = crate::decode::Decoded {
-        rgb,
-        width,
-        height,
-        orientation: 1,
-    };
-    crate::transform::Resizer::new()
-        .resize_orient(&decoded, &geom, out)
-        .is_ok()
+    BenchResizer::new().resize(rgb, width, height, size, filter, out)
+}
+
+/// A resizer kept between calls, as a decode thread keeps one: images of a size it has seen
+/// reuse their filter taps and scratch.
+#[derive(Default)]
+pub struct BenchResizer(crate::transform::Resizer);
+
+impl BenchResizer {
+    /// A resizer with nothing cached.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// As [`resize`], keeping taps and scratch for the next call.
+    pub fn resize(
+        &mut self,
+        rgb: &[u8],
+        width: u32,
+        height: u32,
+        size: u32,
+        filter: ResizeFilter,
+        out: &mut [u8],
+    ) -> bool {
+        let geom = Geometry {
+            width: size,
+            height: size,
+            mode: ResizeMode::Stretch,
+            filter,
+        };
+        let decoded = crate::decode::Decoded {
+            rgb,
+            width,
+            height,
+            orientation: 1,
+        };
+        self.0.resize_orient(&decoded, &geom, out).is_ok()
+    }
 }
 
 /// Normalizes `batch` copies of `sample` into a batch buffer of `dtype` and `layout`, on one
