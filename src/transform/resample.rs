@@ -30,8 +30,14 @@ const RETAIN_SCRATCH_BYTES: usize = 1 << 20;
 /// Taps larger than this (a huge downscale) are not kept between images.
 const MAX_CACHED_TAPS_BYTES: usize = 64 << 10;
 
-/// The most a [`Resampler`] holds between images: its intermediate image and cached taps.
-pub(crate) const RETAINED_BYTES: usize = RETAIN_SCRATCH_BYTES + CACHED_TAPS * MAX_CACHED_TAPS_BYTES;
+/// Row offsets (one per vertical tap) kept between images; more (a huge downscale) are freed.
+const RETAIN_OFFSETS: usize = 1024;
+
+/// The most a [`Resampler`] holds between images: its intermediate image, cached taps and row
+/// offsets.
+pub(crate) const RETAINED_BYTES: usize = RETAIN_SCRATCH_BYTES
+    + CACHED_TAPS * MAX_CACHED_TAPS_BYTES
+    + RETAIN_OFFSETS * std::mem::size_of::<usize>();
 
 /// Taps kept between images: a few sizes' worth for each axis (a dataset's images mostly
 /// come in a handful of sizes, often both orientations of one).
@@ -281,6 +287,9 @@ impl Resampler {
         }
         if tmp.capacity() > RETAIN_SCRATCH_BYTES {
             tmp = Vec::new();
+        }
+        if self.row_offsets.capacity() > RETAIN_OFFSETS {
+            self.row_offsets = Vec::new();
         }
         self.tmp = tmp;
         for t in [rows, cols] {
@@ -840,6 +849,31 @@ mod tests {
                 assert_eq!(done, 160, "horizontal row {y}");
             }
         }
+    }
+
+    #[test]
+    fn what_is_kept_between_images_stays_within_its_budget() {
+        // A wide image (a 1.9 MB intermediate) and a very tall one (1,251 vertical taps):
+        // after each, the resampler holds no more than `RETAINED_BYTES`.
+        let mut r = Resampler::new();
+        for (w, h) in [(4000, 200), (1, 100_000), (250, 188)] {
+            run(&mut r, &image(w, h, 9), (w, h), false, (160, 160), true);
+            // Each part within its share of `RETAINED_BYTES`.
+            assert!(
+                r.tmp.capacity() <= RETAIN_SCRATCH_BYTES,
+                "{w}x{h}: intermediate kept"
+            );
+            assert!(r.cache.len() <= CACHED_TAPS);
+            assert!(r
+                .cache
+                .iter()
+                .all(|t| t.heap_bytes() <= MAX_CACHED_TAPS_BYTES));
+            assert!(
+                r.row_offsets.capacity() <= RETAIN_OFFSETS,
+                "{w}x{h}: offsets kept"
+            );
+        }
+        assert!(r.tmp.capacity() > 0, "the usual size keeps its scratch");
     }
 
     #[test]
