@@ -748,3 +748,75 @@ fn invalid_settings_name_the_setting() {
         assert!(e.path().is_none() && !e.is_data_error());
     }
 }
+
+/// `jpeg` without its marker segments of kind `marker` (0xDB: DQT, 0xC4: DHT) before the
+/// first scan.
+fn without_segments(jpeg: &[u8], marker: u8) -> Vec<u8> {
+    let mut out = jpeg[..2].to_vec();
+    let mut i = 2;
+    while i + 4 <= jpeg.len() && jpeg[i] == 0xFF {
+        let kind = jpeg[i + 1];
+        if kind == 0xDA {
+            break;
+        }
+        let len = usize::from(u16::from_be_bytes([jpeg[i + 2], jpeg[i + 3]]));
+        if kind != marker {
+            out.extend_from_slice(&jpeg[i..i + 2 + len]);
+        }
+        i += 2 + len;
+    }
+    out.extend_from_slice(&jpeg[i..]);
+    out
+}
+
+#[test]
+fn issue_2_a_jpeg_without_its_tables_never_borrows_the_previous_images() {
+    // libjpeg keeps tables between images on one decompressor (for abbreviated streams):
+    // a file with no quantization tables decoded after others must still be an error, and one
+    // with no Huffman tables (motion-JPEG style: the standard tables apply) must come out the
+    // same whatever was decoded before it on that thread.
+    let dir = tempfile::tempdir().unwrap();
+    let photo = std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap();
+    let other = std::fs::read(common::testdata("photos/photo_3.jpg")).unwrap();
+    let no_dqt = without_segments(&photo, 0xDB);
+    let no_dht = without_segments(&other, 0xC4);
+    assert!(no_dqt.len() < photo.len() && no_dht.len() < other.len());
+    let files = [
+        ("a.jpg", &photo),
+        ("b.jpg", &other),
+        ("c.jpg", &photo),
+        ("no_dqt.jpg", &no_dqt),
+        ("no_dht.jpg", &no_dht),
+    ];
+    for (name, bytes) in files {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let run = |names: &[&str]| {
+        let entries: Vec<(PathBuf, u32)> = names.iter().map(|n| (dir.path().join(n), 0)).collect();
+        let loader = Loader::builder(Source::from_entries(entries).unwrap())
+            .batch_size(1)
+            .dtype(Dtype::U8)
+            .shuffle(false)
+            .decode_threads(1)
+            .on_error(OnError::SKIP_ALL)
+            .build()
+            .unwrap();
+        let batches = common::collect_ok(loader.epoch(0));
+        let pixels: Vec<(u64, Vec<u8>)> = batches
+            .iter()
+            .map(|b| (b.indices()[0], b.as_u8().unwrap().to_vec()))
+            .collect();
+        (pixels, loader.stats().skipped_samples)
+    };
+    let (pixels, skipped) = run(&["a.jpg", "b.jpg", "c.jpg", "no_dqt.jpg", "no_dht.jpg"]);
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0].0, dir.path().join("no_dqt.jpg"));
+    assert!(contains_ci(&skipped[0].1, "quantization table"), "{}", skipped[0].1);
+    let after_others = &pixels.iter().find(|(i, _)| *i == 4).expect("no_dht.jpg decoded").1;
+    let (alone, skipped) = run(&["no_dht.jpg"]);
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert!(
+        alone[0].1 == *after_others,
+        "no_dht.jpg decodes differently after other images"
+    );
+}
