@@ -36,6 +36,9 @@ pub(crate) const SMALL_DECODE_BYTES: u64 = 32 << 20;
 /// Worst-case working set per source pixel of one large decode: a progressive 4:4:4 JPEG's
 /// coefficient buffer (6 B) plus RGB output (3 B), or a 16-bit RGBA PNG (8 B) plus RGB (3 B).
 pub(crate) const LARGE_BYTES_PER_PIXEL: u64 = 11;
+/// What the png crate may allocate for a PNG's ancillary chunks (text, ICC profile) besides
+/// its row buffers: real ICC profiles are well under 1 MiB.
+const PNG_METADATA_BYTES: u64 = 16 << 20;
 /// libjpeg-turbo's guard against progressive files with absurd scan counts (real files have ~10).
 const JPEG_SCAN_LIMIT: u32 = 500;
 
@@ -474,8 +477,29 @@ impl Decoder {
     ) -> Result<Decoded<'a>, Error> {
         use image::{ColorType, ImageDecoder};
         let perr = |e: image::ImageError| fail(path, format!("PNG: {e}"));
-        let mut dec =
-            image::codecs::png::PngDecoder::new(std::io::Cursor::new(bytes)).map_err(perr)?;
+        // The png crate buffers ancillary chunks and inflates an ICC profile whole while it
+        // reads the header, before any size check: bound what it may allocate to two rows
+        // (16-bit RGBA) plus PNG_METADATA_BYTES, so a 1 MB file holding a 1 GB profile cannot
+        // make it allocate 1 GB. (It drops a profile over the bound and decodes the image.)
+        let width = bytes.get(16..20).map_or(0, |b| {
+            u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        });
+        let mut header_limits = image::Limits::default();
+        header_limits.max_alloc = Some(PNG_METADATA_BYTES + 2 * (width * 8 + 1));
+        let mut dec = image::codecs::png::PngDecoder::with_limits(
+            std::io::Cursor::new(bytes),
+            header_limits,
+        )
+        .map_err(|e| match e {
+            image::ImageError::Limits(_) => fail(
+                path,
+                format!(
+                    "PNG: its text or other ancillary chunks need more than the {} MiB allowed",
+                    PNG_METADATA_BYTES >> 20
+                ),
+            ),
+            e => perr(e),
+        })?;
         let (w, h) = dec.dimensions();
         self.check_pixels(path, w, h)?;
         let mut limits = image::Limits::default();

@@ -811,12 +811,100 @@ fn issue_2_a_jpeg_without_its_tables_never_borrows_the_previous_images() {
     let (pixels, skipped) = run(&["a.jpg", "b.jpg", "c.jpg", "no_dqt.jpg", "no_dht.jpg"]);
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     assert_eq!(skipped[0].0, dir.path().join("no_dqt.jpg"));
-    assert!(contains_ci(&skipped[0].1, "quantization table"), "{}", skipped[0].1);
-    let after_others = &pixels.iter().find(|(i, _)| *i == 4).expect("no_dht.jpg decoded").1;
+    assert!(
+        contains_ci(&skipped[0].1, "quantization table"),
+        "{}",
+        skipped[0].1
+    );
+    let after_others = &pixels
+        .iter()
+        .find(|(i, _)| *i == 4)
+        .expect("no_dht.jpg decoded")
+        .1;
     let (alone, skipped) = run(&["no_dht.jpg"]);
     assert!(skipped.is_empty(), "{skipped:?}");
     assert!(
         alone[0].1 == *after_others,
         "no_dht.jpg decodes differently after other images"
+    );
+}
+
+/// A zlib stream that inflates to `1 + 258 * refs` zero bytes: one fixed-Huffman block of a
+/// literal 0 and `refs` back-references of length 258 at distance 1 (13 bits each).
+fn zlib_zeros(refs: usize) -> Vec<u8> {
+    let mut out = vec![0x78, 0x01];
+    let (mut acc, mut n) = (0u64, 0u32);
+    // `count` bits of `value`, least significant first; Huffman codes go most significant
+    // bit first, so they are reversed before.
+    let mut put = |out: &mut Vec<u8>, value: u32, count: u32| {
+        acc |= u64::from(value) << n;
+        n += count;
+        while n >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            n -= 8;
+        }
+    };
+    let code = |c: u32, count: u32| c.reverse_bits() >> (32 - count);
+    put(&mut out, 0b011, 3); // final block, fixed Huffman codes
+    put(&mut out, code(0x30, 8), 8); // literal 0
+    for _ in 0..refs {
+        put(&mut out, code(0xC5, 8), 8); // length 258 (symbol 285)
+        put(&mut out, 0, 5); // distance 1 (code 0)
+    }
+    put(&mut out, 0, 7); // end of block (symbol 256)
+    put(&mut out, 0, 7); // flush the last partial byte
+    let len = 1 + 258 * refs;
+    let adler = (((len % 65_521) as u32) << 16) | 1;
+    out.extend_from_slice(&adler.to_be_bytes());
+    out
+}
+
+/// `png` with a chunk of `kind` holding `data` inserted after IHDR.
+fn with_png_chunk(png: &[u8], kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let ihdr_end = 8 + 8 + 13 + 4;
+    let mut out = png[..ihdr_end].to_vec();
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    let mut body = kind.to_vec();
+    body.extend_from_slice(data);
+    out.extend_from_slice(&body);
+    out.extend_from_slice(&common::crc32(&body).to_be_bytes());
+    out.extend_from_slice(&png[ihdr_end..]);
+    out
+}
+
+#[test]
+fn issue_6_a_png_with_a_huge_icc_profile_costs_no_memory() {
+    // A 1.7 MB file whose ICC profile inflates to 256 MiB: the png crate inflated it whole while
+    // reading the header (peak RSS +256 MB and more). Bounded, the profile is dropped and the
+    // image decodes.
+    if !common::runs_in_child("errors::issue_6_a_png_with_a_huge_icc_profile_costs_no_memory") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rgb: Vec<u8> = (0..48 * 32 * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let png = common::encode_png(&rgb, 48, 32);
+    let mut iccp = b"profile\0\0".to_vec();
+    iccp.extend_from_slice(&zlib_zeros(1_040_000));
+    let bomb = with_png_chunk(&png, b"iCCP", &iccp);
+    let path = dir.path().join("icc_bomb.png");
+    std::fs::write(&path, &bomb).unwrap();
+    let plain = dir.path().join("plain.png");
+    std::fs::write(&plain, &png).unwrap();
+    let before = imagefeed::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let decoded = common::load_one(&path, |b| b).expect("the image decodes without its profile");
+    let grew = imagefeed::procinfo::peak_rss_bytes()
+        .unwrap()
+        .saturating_sub(before);
+    println!(
+        "{} byte file: peak RSS grew {:.1} MB",
+        bomb.len(),
+        grew as f64 / 1e6
+    );
+    assert_eq!(decoded, common::load_one(&plain, |b| b).unwrap());
+    assert!(
+        grew < 64_000_000,
+        "peak RSS grew {:.1} MB",
+        grew as f64 / 1e6
     );
 }
