@@ -622,13 +622,24 @@ pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<File
                 line_no,
                 format!(
                     "expected `PATH<TAB>LABEL` or `PATH LABEL`, found `{}` (no label)",
-                    String::from_utf8_lossy(line)
+                    shown(line)
                 ),
             )
         })?;
         let label = parse_label(label).map_err(|reason| Error::list(list, line_no, reason))?;
         if path.contains(&0) {
             return Err(Error::list(list, line_no, "the path contains a NUL byte"));
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(Error::list(
+                list,
+                line_no,
+                format!(
+                    "the path is {} bytes long, over the {MAX_PATH_BYTES}-byte limit of paths (`{}`)",
+                    path.len(),
+                    shown(path)
+                ),
+            ));
         }
         let h = xxhash_rust::xxh3::xxh3_64(path);
         let bucket = seen.entry(h).or_default();
@@ -640,7 +651,7 @@ pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<File
                         line_no,
                         format!(
                             "`{}` is listed again with label {label}, but line {other_line} gives it label {}",
-                            String::from_utf8_lossy(path),
+                            shown(path),
                             index.label(other as usize)
                         ),
                     ));
@@ -697,8 +708,23 @@ fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((path, label))
 }
 
+/// Linux's PATH_MAX: no longer path can be opened.
+const MAX_PATH_BYTES: usize = 4096;
+
+/// Bytes from a list line as text for an error message: lossily decoded and cut to about 120
+/// characters (a binary file or a megabyte-long line would otherwise flood the terminal).
+fn shown(bytes: &[u8]) -> String {
+    const KEEP: usize = 120;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(KEEP * 4)]);
+    if bytes.len() <= KEEP * 4 && text.chars().count() <= KEEP {
+        return text.into_owned();
+    }
+    let cut: String = text.chars().take(KEEP).collect();
+    format!("{cut}... ({} bytes in all)", bytes.len())
+}
+
 fn parse_label(field: &[u8]) -> Result<u32, String> {
-    let text = String::from_utf8_lossy(field);
+    let text = shown(field);
     let digits = field.strip_prefix(b"+").unwrap_or(field);
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         if field.first() == Some(&b'-')
@@ -769,6 +795,41 @@ mod tests {
         assert!(err.to_string().contains("out of range"), "{err}");
         let err = parse(b"a.jpg 1.5\n").unwrap_err();
         assert!(err.to_string().contains("not an integer"), "{err}");
+    }
+
+    #[test]
+    fn long_lines_and_binary_lists_give_short_errors() {
+        // A 5 MB path: refused (no path that long can be opened), named by line, and the
+        // message stays short.
+        let mut list = b"a.jpg 1\n".to_vec();
+        list.extend(std::iter::repeat_n(b'p', 5_000_000));
+        list.extend_from_slice(b" 2\n");
+        let msg = parse(&list).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("list.txt:2: the path is 5000000 bytes long"),
+            "{msg:.300}"
+        );
+        assert!(msg.len() < 400, "{} bytes of message", msg.len());
+        // A path at the limit is fine.
+        let mut list = vec![b'q'; MAX_PATH_BYTES];
+        list.extend_from_slice(b" 0\n");
+        assert_eq!(parse(&list).unwrap().raw_path(0).len(), MAX_PATH_BYTES);
+        // Binary data given as a list: an error about line 1, not a screenful of bytes.
+        let binary: Vec<u8> = (0..1_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let msg = parse(&binary).unwrap_err().to_string();
+        assert!(msg.starts_with("list.txt:"), "{msg:.300}");
+        assert!(msg.len() < 700, "{} bytes of message", msg.len());
+        // Long labels and lines without a label are cut too.
+        let mut list = b"a.jpg ".to_vec();
+        list.extend(std::iter::repeat_n(b'x', 100_000));
+        let msg = parse(&list).unwrap_err().to_string();
+        assert!(
+            msg.contains("is not an integer") && msg.contains("100000 bytes in all"),
+            "{msg:.300}"
+        );
+        assert_eq!(shown("é".repeat(100).as_bytes()), "é".repeat(100));
     }
 
     #[test]

@@ -486,20 +486,18 @@ impl Decoder {
         });
         let mut header_limits = image::Limits::default();
         header_limits.max_alloc = Some(PNG_METADATA_BYTES + 2 * (width * 8 + 1));
-        let mut dec = image::codecs::png::PngDecoder::with_limits(
-            std::io::Cursor::new(bytes),
-            header_limits,
-        )
-        .map_err(|e| match e {
-            image::ImageError::Limits(_) => fail(
-                path,
-                format!(
+        let mut dec =
+            image::codecs::png::PngDecoder::with_limits(std::io::Cursor::new(bytes), header_limits)
+                .map_err(|e| match e {
+                    image::ImageError::Limits(_) => fail(
+                        path,
+                        format!(
                     "PNG: its text or other ancillary chunks need more than the {} MiB allowed",
                     PNG_METADATA_BYTES >> 20
                 ),
-            ),
-            e => perr(e),
-        })?;
+                    ),
+                    e => perr(e),
+                })?;
         let (w, h) = dec.dimensions();
         self.check_pixels(path, w, h)?;
         let mut limits = image::Limits::default();
