@@ -339,6 +339,10 @@ fn open(index: &TarIndex, shard: u32, start: u64, end: u64, name: &Path) -> Resu
     })
 }
 
+/// Longest member name accepted (Linux's PATH_MAX): a longer GNU long-name or PAX path would
+/// be held in every error and index entry that names the member.
+const MAX_MEMBER_NAME_BYTES: usize = 4096;
+
 /// One sample found while indexing a shard.
 struct Found {
     member: String,
@@ -380,7 +384,19 @@ fn index_shard<R: Read>(
         if !entry.header().entry_type().is_file() {
             continue;
         }
-        let member = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let name = entry.path_bytes();
+        if name.len() > MAX_MEMBER_NAME_BYTES {
+            let start: String = String::from_utf8_lossy(&name[..120])
+                .chars()
+                .take(120)
+                .collect();
+            return Err(damaged(format!(
+                "member {}'s name is {} bytes long, over the {MAX_MEMBER_NAME_BYTES}-byte limit (`{start}...`)",
+                n + 1,
+                name.len()
+            )));
+        }
+        let member = String::from_utf8_lossy(&name).into_owned();
         let len = entry.size();
         let offset = entry.raw_file_position();
         if offset.checked_add(len).is_none_or(|end| end > shard_size) {

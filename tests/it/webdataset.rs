@@ -355,6 +355,19 @@ fn issue_7_hostile_shards_get_errors_naming_the_shard() {
         .unwrap_err()
         .to_string()
         .contains("two images"));
+    // A GNU long name of 10,000 bytes: refused with a short message (a 100 MB name made a
+    // 100 MB error); 300 bytes is fine.
+    let long = format!("{}.jpg", "k".repeat(9_996));
+    let named = write(d, "long.tar", &tar_of(&[("a.jpg", &jpg), (&long, &jpg)]));
+    let msg = Source::from_tar_shards([&named]).unwrap_err().to_string();
+    assert!(
+        msg.contains("long.tar") && msg.contains("name is 10000 bytes long"),
+        "{msg:.300}"
+    );
+    assert!(msg.len() < 500, "{} bytes of message", msg.len());
+    let fine = format!("{}.jpg", "k".repeat(296));
+    let named = write(d, "fine.tar", &tar_of(&[("a.jpg", &jpg), (&fine, &jpg)]));
+    assert_eq!(Source::from_tar_shards([&named]).unwrap().len(), 2);
     // Unlabeled shards are an unlabeled dataset: label 0.
     let plain = write(d, "plain.tar", &tar_of(&[("a.jpg", &jpg), ("b.jpg", &jpg)]));
     let s = Source::from_tar_shards([&plain]).unwrap();
