@@ -1021,7 +1021,15 @@ fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String> {
             "-" => None,
             v => Some(v.parse::<u32>().map_err(|_| bad())?),
         };
-        let member = parts.next().ok_or_else(bad)?.to_string();
+        let member = parts.next().ok_or_else(bad)?;
+        if member.len() > MAX_MEMBER_NAME_BYTES {
+            return Err(format!(
+                "line {}: a member name of {} bytes (at most {MAX_MEMBER_NAME_BYTES})",
+                n + 2,
+                member.len()
+            ));
+        }
+        let member = member.to_string();
         // Members lie in order, after a header, within the shard.
         if offset < end + 512 || offset.checked_add(len).is_none_or(|e| e > size) {
             return Err(format!("line {}: member `{member}` out of place", n + 2));
@@ -1162,6 +1170,12 @@ mod tests {
         assert!(parse_sidecar(text.replace("samples=2", "samples=3").as_bytes(), 4096).is_err());
         assert!(parse_sidecar(b"junk", 4096).is_err());
         assert!(parse_sidecar(text.replace("\t3\t", "\tx\t").as_bytes(), 4096).is_err());
+        let long = "n".repeat(MAX_MEMBER_NAME_BYTES + 1);
+        let e = match parse_sidecar(text.replace("000000001", &long).as_bytes(), 4096) {
+            Err(e) => e,
+            Ok(_) => panic!("a {}-byte member name was accepted", long.len()),
+        };
+        assert!(e.len() < 100 && e.contains("of 4101 bytes"), "{e:.200}"); // with ".jpg"
     }
 
     #[test]
