@@ -392,3 +392,23 @@ pub(crate) fn runs_in_child(name: &str) -> bool {
     );
     false
 }
+
+/// `jpeg` without its marker segments of kind `marker` (0xDB: DQT, 0xC4: DHT) before the
+/// first scan.
+pub(crate) fn without_segments(jpeg: &[u8], marker: u8) -> Vec<u8> {
+    let mut out = jpeg[..2].to_vec();
+    let mut i = 2;
+    while i + 4 <= jpeg.len() && jpeg[i] == 0xFF {
+        let kind = jpeg[i + 1];
+        if kind == 0xDA {
+            break;
+        }
+        let len = usize::from(u16::from_be_bytes([jpeg[i + 2], jpeg[i + 3]]));
+        if kind != marker {
+            out.extend_from_slice(&jpeg[i..i + 2 + len]);
+        }
+        i += 2 + len;
+    }
+    out.extend_from_slice(&jpeg[i..]);
+    out
+}

@@ -9,7 +9,7 @@ use imagefeed::{Dtype, JpegDecoder, Loader, ResizeMode};
 use crate::common::{self, mean_abs_diff, psnr};
 
 /// Tolerances against Pillow for the default output (libjpeg-turbo, DCT-scaled where the
-/// scaled image still covers 160×160, then fast_image_resize's bilinear). Measured: mean abs
+/// scaled image still covers 160×160, then the loader's antialiased resampler). Measured: mean abs
 /// diff at most 1.07 and PSNR at least 42.1 dB (progressive.jpg, decoded at 1/2); the tests
 /// print the figures.
 const SCALED_MAX_MAD: f64 = 2.0;
@@ -354,4 +354,65 @@ fn turbojpeg_decoder_is_available_by_default() {
         decode_160(&p),
         "Auto is not libjpeg-turbo in a default build"
     );
+}
+
+#[test]
+fn a_files_output_does_not_depend_on_what_its_thread_decoded_before() {
+    // A decode thread keeps one decoder (buffers, resize taps) for its whole life. Whatever it
+    // decoded before, each file must give what a fresh decoder gives: the same pixels, or an
+    // error. Valid, corrupt and damaged files (bit flips, cuts, stripped tables), in a
+    // seeded order, twice over, through both JPEG decoders, with and without DCT scaling.
+    let mut files: Vec<Vec<u8>> = Vec::new();
+    for dir in ["valid", "photos", "corrupt"] {
+        let mut paths: Vec<_> = std::fs::read_dir(common::testdata(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        paths.sort();
+        files.extend(paths.iter().map(|p| std::fs::read(p).unwrap()));
+    }
+    let mut rng = common::SplitMix(29);
+    for name in [
+        "photos/photo_1.jpg",
+        "valid/progressive.jpg",
+        "valid/s422.jpg",
+    ] {
+        let jpeg = std::fs::read(common::testdata(name)).unwrap();
+        files.push(common::without_segments(&jpeg, 0xDB));
+        files.push(common::without_segments(&jpeg, 0xC4));
+        files.push(jpeg[..jpeg.len() * 2 / 3].to_vec());
+        for _ in 0..4 {
+            let mut flipped = jpeg.clone();
+            let at = 2 + rng.below(flipped.len() - 2);
+            flipped[at] ^= 1 << rng.below(8);
+            files.push(flipped);
+        }
+    }
+    let mut order: Vec<usize> = (0..files.len()).chain(0..files.len()).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    for (dct, zune) in [(true, false), (false, false), (false, true)] {
+        let mut shared = imagefeed::fuzzing::BenchDecoder::new(160, dct, zune);
+        let (mut ok, mut failed) = (0, 0);
+        for &i in &order {
+            let mut a = vec![0u8; 160 * 160 * 3];
+            let mut b = vec![0u8; 160 * 160 * 3];
+            let after_others = shared.decode_resize(&files[i], &mut a);
+            let fresh = imagefeed::fuzzing::BenchDecoder::new(160, dct, zune)
+                .decode_resize(&files[i], &mut b);
+            assert_eq!(
+                after_others, fresh,
+                "file {i} (dct {dct}, zune {zune}): decodes with a fresh decoder: {fresh}"
+            );
+            if fresh {
+                assert!(a == b, "file {i} (dct {dct}, zune {zune}): other pixels");
+                ok += 1;
+            } else {
+                failed += 1;
+            }
+        }
+        println!("dct {dct}, zune {zune}: {ok} decoded, {failed} errors, all as a fresh decoder");
+        assert!(ok > 40 && failed > 20, "{ok} decoded, {failed} errors");
+    }
 }

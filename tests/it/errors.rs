@@ -749,26 +749,6 @@ fn invalid_settings_name_the_setting() {
     }
 }
 
-/// `jpeg` without its marker segments of kind `marker` (0xDB: DQT, 0xC4: DHT) before the
-/// first scan.
-fn without_segments(jpeg: &[u8], marker: u8) -> Vec<u8> {
-    let mut out = jpeg[..2].to_vec();
-    let mut i = 2;
-    while i + 4 <= jpeg.len() && jpeg[i] == 0xFF {
-        let kind = jpeg[i + 1];
-        if kind == 0xDA {
-            break;
-        }
-        let len = usize::from(u16::from_be_bytes([jpeg[i + 2], jpeg[i + 3]]));
-        if kind != marker {
-            out.extend_from_slice(&jpeg[i..i + 2 + len]);
-        }
-        i += 2 + len;
-    }
-    out.extend_from_slice(&jpeg[i..]);
-    out
-}
-
 #[test]
 fn issue_2_a_jpeg_without_its_tables_never_borrows_the_previous_images() {
     // libjpeg keeps tables between images on one decompressor (for abbreviated streams):
@@ -778,8 +758,8 @@ fn issue_2_a_jpeg_without_its_tables_never_borrows_the_previous_images() {
     let dir = tempfile::tempdir().unwrap();
     let photo = std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap();
     let other = std::fs::read(common::testdata("photos/photo_3.jpg")).unwrap();
-    let no_dqt = without_segments(&photo, 0xDB);
-    let no_dht = without_segments(&other, 0xC4);
+    let no_dqt = common::without_segments(&photo, 0xDB);
+    let no_dht = common::without_segments(&other, 0xC4);
     assert!(no_dqt.len() < photo.len() && no_dht.len() < other.len());
     let files = [
         ("a.jpg", &photo),
