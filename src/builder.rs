@@ -585,8 +585,10 @@ impl LoaderBuilder {
     /// instead of decoding, with the same per-epoch permutation and bit-identical batches.
     /// Disk: `len × (height × width × 3 + 24)` bytes (98 GB for ImageNet at 160 × 160); no
     /// extra heap. `build()` computes a fingerprint of the source (one `stat` per file) and
-    /// fails if a new cache would not fit on its file system. See the module docs of the cache
-    /// for crash safety, staleness and sharing between processes.
+    /// fails if a new cache would not fit on its file system, or if `path` (or `path.partial`)
+    /// holds anything but an imagefeed cache: the loader never replaces a file it did not
+    /// write. A symbolic link is followed. See the module docs of the cache for crash safety,
+    /// staleness and sharing between processes.
     pub fn cache(mut self, path: impl Into<PathBuf>) -> Self {
         self.cfg.cache = Some(path.into());
         self

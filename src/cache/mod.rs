@@ -23,6 +23,9 @@
 //!   from the source and rebuild the cache in the next epoch ([`CachePolicy::Rebuild`]).
 //! - **Several processes**: readers share a complete cache freely. Only the holder of the
 //!   lock writes; another process that finds the lock taken reads uncached for that epoch.
+//! - **What it replaces**: only a cache of its own. `PATH` or `PATH.partial` holding anything
+//!   else (a file without the cache header, a directory, a device, a FIFO) makes `build()` fail
+//!   naming it; a symbolic link at `PATH` is followed.
 //! - **Space**: before writing, the free space of the cache's file system is checked against
 //!   the final size (`count × (76,800 + 24)` bytes at 160×160 plus 4 kB).
 //!
@@ -68,6 +71,71 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// `path`, or where it points if it is a symbolic link (so that writing replaces the target,
+/// not the link).
+fn resolve_link(path: &Path) -> Result<PathBuf, Error> {
+    let mut at = path.to_path_buf();
+    // A link to a cache not written yet does not canonicalize: follow it by hand (a few
+    // levels, like the kernel's loop limit).
+    for _ in 0..8 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&at).map_err(|e| Error::io(&at, e))?;
+                at = match at.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(at),
+        }
+    }
+    Err(Error::config(
+        "cache",
+        format!("{}: too many levels of symbolic links", path.display()),
+    ))
+}
+
+/// Refuses to use `path` (the cache, or with `partial` its `.partial` file) if it holds
+/// anything but an imagefeed cache: writing the cache replaces that file, and the loader never
+/// replaces what the user keeps there. Missing and empty files are fine; a `.partial` may also
+/// be all zeros at its start (a writer stopped between sizing it and writing its header).
+fn check_replaceable(path: &Path, partial: bool) -> Result<(), Error> {
+    let refuse = |found: String| {
+        Err(Error::config(
+            "cache",
+            format!(
+                "{} {found}, not an imagefeed cache: the loader will not replace it (choose another cache path, or move it away)",
+                path.display()
+            ),
+        ))
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    if meta.is_dir() {
+        return refuse("is a directory".into());
+    }
+    if !meta.is_file() {
+        return refuse("is a device, FIFO or socket".into());
+    }
+    if meta.len() == 0 {
+        return Ok(());
+    }
+    let mut head = Vec::with_capacity(8);
+    File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 8), &mut head))
+        .map_err(|e| Error::io(path, e))?;
+    if head == format::MAGIC || (partial && head == [0; 8]) {
+        return Ok(());
+    }
+    refuse(format!(
+        "holds {} bytes that do not start with imagefeed's cache header",
+        meta.len()
+    ))
+}
+
 /// Fingerprint of the source: every entry's path, size, modification time and label.
 fn fingerprint(source: &Source) -> [u8; 16] {
     let mut h = Xxh3::new();
@@ -90,6 +158,12 @@ impl Cache {
     /// per sample), opens a matching complete cache if there is one, and otherwise checks that
     /// a new one fits on its file system.
     pub(crate) fn new(path: &Path, cfg: &Config, source: &Source) -> Result<Cache, Error> {
+        // Writing renames PATH.partial over PATH: follow a symbolic link to where the cache
+        // really lives, and refuse to replace anything that is not a cache of ours.
+        let path = &resolve_link(path)?;
+        let partial = with_suffix(path, ".partial");
+        check_replaceable(path, false)?;
+        check_replaceable(&partial, true)?;
         let header = Header {
             height: cfg.height,
             width: cfg.width,
@@ -106,7 +180,7 @@ impl Cache {
         };
         let cache = Cache {
             path: path.to_path_buf(),
-            partial: with_suffix(path, ".partial"),
+            partial,
             lock_path: with_suffix(path, ".lock"),
             header,
             policy: cfg.cache_policy,

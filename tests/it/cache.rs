@@ -194,9 +194,77 @@ fn issue_3_truncated_or_incomplete_cache_is_not_used() {
         assert_eq!(wrote(&list, &cache, |b| b), (true, false), "cut at {cut}");
         assert_eq!(std::fs::metadata(&cache).unwrap().len(), len);
     }
-    // Garbage in place of the cache.
-    std::fs::write(&cache, b"not a cache at all").unwrap();
+    // An empty file (nothing to lose) is replaced.
+    std::fs::write(&cache, b"").unwrap();
     assert_eq!(wrote(&list, &cache, |b| b), (true, false));
+    assert_eq!(std::fs::metadata(&cache).unwrap().len(), len);
+}
+
+/// `build` refuses `cache` with an error naming the setting and the path, and leaves
+/// everything as it was.
+fn refused(list: &Path, cache: &Path, says: &str) {
+    let before = std::fs::read_dir(cache.parent().unwrap()).unwrap().count();
+    let e = builder(Source::from_list_file(list).unwrap())
+        .cache(cache)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::InvalidConfig { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("cache") && msg.contains(says), "{msg}");
+    assert_eq!(
+        std::fs::read_dir(cache.parent().unwrap()).unwrap().count(),
+        before,
+        "files appeared next to {}",
+        cache.display()
+    );
+}
+
+#[test]
+fn issue_3_the_cache_never_replaces_what_is_not_a_cache() {
+    // Writing a cache renames PATH.partial over PATH. `--cache` pointed at a file the user
+    // keeps (or at /dev/zero, as root) used to replace it.
+    let (dir, list) = private_copy(6);
+    let d = dir.path();
+    let kept = d.join("notes.txt");
+    std::fs::write(&kept, b"not a cache at all").unwrap();
+    refused(&list, &kept, "not an imagefeed cache");
+    assert_eq!(std::fs::read(&kept).unwrap(), b"not a cache at all");
+    // Someone's file at PATH.partial.
+    let partial = d.join("c.cache.partial");
+    std::fs::write(&partial, b"mine").unwrap();
+    refused(&list, &d.join("c.cache"), "c.cache.partial");
+    assert_eq!(std::fs::read(&partial).unwrap(), b"mine");
+    std::fs::remove_file(&partial).unwrap();
+    // A directory (nothing may appear beside it, such as `DIR.partial`).
+    let sub = d.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    refused(&list, &sub, "is a directory");
+    // A FIFO: refused at once, not opened (which would block).
+    #[cfg(unix)]
+    {
+        let fifo = d.join("fifo");
+        let made = Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            refused(&list, &fifo, "FIFO");
+        } else {
+            println!("mkfifo unavailable: FIFO case not checked");
+        }
+    }
+    // A link to where the cache should go, even before it exists: the cache is written at
+    // the target and the link stays a link.
+    #[cfg(unix)]
+    {
+        let target = d.join("real.cache");
+        let link = d.join("link.cache");
+        std::os::unix::fs::symlink("real.cache", &link).unwrap();
+        assert_eq!(wrote(&list, &link, |b| b), (true, false));
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(std::fs::metadata(&target).unwrap().len() > 6 * 76_800);
+        assert_eq!(wrote(&list, &link, |b| b), (false, true));
+    }
 }
 
 #[test]
