@@ -63,9 +63,26 @@ fn decode_photo(bytes: &[u8]) -> Result<Photo, Error> {
 /// Writes `count` JPEGs into `out_dir/class_XX/` and a `files.txt` list, deterministically for
 /// a seed. Uses all cores, in a thread pool of its own.
 ///
+/// It replaces nothing: if `files.txt` or any image it would write already exists, it fails
+/// before writing anything.
+///
 /// # Errors
-/// [`ErrorKind::Io`](crate::ErrorKind::Io) naming the file that could not be written.
+/// [`ErrorKind::Io`](crate::ErrorKind::Io) naming the file that could not be written, or that
+/// exists already.
 pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary, Error> {
+    let list = out_dir.join("files.txt");
+    let targets = (0..count).map(|i| out_dir.join(rel_path(i, (i as u32) % CLASSES)));
+    for path in std::iter::once(list.clone()).chain(targets) {
+        if path.symlink_metadata().is_ok() {
+            return Err(Error::io(
+                &path,
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "exists, and a corpus replaces nothing: write it into a new or empty folder",
+                ),
+            ));
+        }
+    }
     let photos = PHOTOS
         .iter()
         .map(|b| decode_photo(b))
@@ -86,7 +103,7 @@ pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary
                 let label = (i as u32) % CLASSES;
                 let (jpeg, pixels) = make_image(&photos, label, &mut rng)?;
                 let path = out_dir.join(rel_path(i, label));
-                std::fs::write(&path, &jpeg).map_err(|e| Error::io(&path, e))?;
+                create_new(&path, &jpeg)?;
                 Ok((jpeg.len() as u64, pixels))
             })
             .collect()
@@ -98,15 +115,12 @@ pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary
         bytes += b;
         pixels += p;
     }
-    let list = out_dir.join("files.txt");
     let mut text = String::with_capacity(count * 32);
     for i in 0..count {
         let label = (i as u32) % CLASSES;
         text.push_str(&format!("{}\t{label}\n", rel_path(i, label)));
     }
-    let mut f = std::fs::File::create(&list).map_err(|e| Error::io(&list, e))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| Error::io(&list, e))?;
+    create_new(&list, text.as_bytes())?;
     Ok(CorpusSummary {
         images: count,
         bytes,
@@ -117,6 +131,16 @@ pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary
         },
         list,
     })
+}
+
+/// Writes a file that must not exist yet (another writer may have made it since the check).
+fn create_new(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| Error::io(path, e))
 }
 
 fn rel_path(i: usize, label: u32) -> String {
