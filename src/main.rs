@@ -464,6 +464,19 @@ fn shards(
 }
 
 fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
+    // Outputs never replace an input: `--indices-out files.txt` would truncate the list.
+    let inputs = [Some(&a.source), a.resume_from.as_ref(), a.cache.as_ref()];
+    let outputs = [a.indices_out.as_ref(), a.state_out.as_ref()];
+    for out in outputs.into_iter().flatten() {
+        if let Some(input) = inputs.into_iter().flatten().find(|i| same_file(out, i)) {
+            return Err(format!(
+                "{}: is also an input ({}); choose another output file",
+                out.display(),
+                input.display()
+            )
+            .into());
+        }
+    }
     let source = Source::open(&a.source)?;
     let default_shuffle_buffer = match source.kind() {
         SourceKind::TarShards => 1000,
@@ -879,6 +892,14 @@ fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
 
 /// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, written by hand:
 /// a few hundred lines of SVG need no plotting crate.
+/// Whether `a` and `b` name the same existing file.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 fn sweep_svg(points: &[SweepPoint]) -> String {
     let (w, h, m) = (900.0, 560.0, 70.0);
     let max_x = points.iter().map(|p| mb(p.peak_rss)).fold(1.0, f64::max) * 1.05;

@@ -915,3 +915,38 @@ fn imagefeed_corpus_replaces_nothing() {
     assert!(imagefeed::corpus::generate(&fresh, 4, 1).is_err());
     assert_eq!(std::fs::read(fresh.join("files.txt")).unwrap(), list);
 }
+
+#[test]
+fn cli_outputs_never_replace_an_input() {
+    // `--indices-out` or `--state-out` naming the list (or the cache, or the state being
+    // resumed) would truncate it: refused before anything runs.
+    let dir = tempfile::tempdir().unwrap();
+    let src = common::corpus(64, 7);
+    let list = dir.path().join("list.txt");
+    let text: String = std::fs::read_to_string(src.join("files.txt"))
+        .unwrap()
+        .lines()
+        .take(8)
+        .map(|l| format!("{}\n", src.join(l).display()))
+        .collect();
+    std::fs::write(&list, &text).unwrap();
+    for flag in ["--indices-out", "--state-out"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+            .current_dir(dir.path())
+            .args([
+                "bench",
+                "list.txt",
+                "--batch-size",
+                "4",
+                "--max-batches",
+                "1",
+            ])
+            .args([flag, "./list.txt"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: {err}");
+        assert!(err.contains("is also an input"), "{flag}: {err}");
+        assert_eq!(std::fs::read_to_string(&list).unwrap(), text, "{flag}");
+    }
+}
