@@ -573,8 +573,10 @@ impl LoaderBuilder {
         self
     }
 
-    /// Make [`build`](Self::build) fail if the [`MemoryBudget`] exceeds `bytes` (default: no
-    /// limit).
+    /// Make [`build`](Self::build) fail if the [`MemoryBudget`] exceeds `bytes`. By default
+    /// the limit is the memory of the machine, or of its container's cgroup where that is
+    /// lower (Linux; no limit where neither can be read): settings that could never fit fail
+    /// in `build` instead of in the out-of-memory killer. Set it higher to run anyway.
     pub fn host_memory_limit(mut self, bytes: u64) -> Self {
         self.cfg.host_memory_limit = Some(bytes);
         self
@@ -777,6 +779,20 @@ impl LoaderBuilder {
                         "the settings need up to {:.1} MB but the limit is {:.1} MB; {}. Budget: {budget}",
                         budget.total() as f64 / 1e6,
                         limit as f64 / 1e6,
+                        what_to_lower(&budget)
+                    ),
+                ));
+            }
+        } else if let Some(memory) = crate::procinfo::memory_limit_bytes() {
+            // Without a limit of the user's, settings that could not fit in this machine (or
+            // container) at all fail here instead of in the kernel's out-of-memory killer.
+            if budget.total() > memory {
+                return Err(Error::config(
+                    "host_memory_limit",
+                    format!(
+                        "the settings need up to {:.1} MB, more than this machine's {:.1} MB of memory; {}, or set a host_memory_limit to run anyway. Budget: {budget}",
+                        budget.total() as f64 / 1e6,
+                        memory as f64 / 1e6,
                         what_to_lower(&budget)
                     ),
                 ));

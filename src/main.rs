@@ -151,6 +151,10 @@ struct BenchArgs {
     /// Images over this many pixels are refused.
     #[arg(long)]
     max_pixels: Option<u64>,
+    /// Fail before running if the memory budget exceeds this many bytes (suffixes K, M, G, T:
+    /// powers of 1024) [default: the machine's or container's memory].
+    #[arg(long, value_parser = parse_bytes)]
+    host_memory_limit: Option<u64>,
     /// Cache decoded samples in this file (written by the first epoch, read by later ones).
     #[arg(long)]
     cache: Option<PathBuf>,
@@ -513,6 +517,9 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .device(parse_device(&a.device)?);
     if let Some(p) = a.max_pixels {
         builder = builder.max_pixels(p);
+    }
+    if let Some(l) = a.host_memory_limit {
+        builder = builder.host_memory_limit(l);
     }
     if let Some(c) = &a.cache {
         builder = builder.cache(c);
@@ -892,6 +899,23 @@ fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
 
 /// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, written by hand:
 /// a few hundred lines of SVG need no plotting crate.
+/// A byte count: digits with an optional K, M, G or T suffix (powers of 1024).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.as_bytes().last().map(u8::to_ascii_uppercase) {
+        Some(b'K') => (&t[..t.len() - 1], 10),
+        Some(b'M') => (&t[..t.len() - 1], 20),
+        Some(b'G') => (&t[..t.len() - 1], 30),
+        Some(b'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("`{text}` is not a byte count such as 8G, 512M or 1000000"))
+}
+
 /// Whether `a` and `b` name the same existing file.
 fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {

@@ -38,3 +38,30 @@ pub fn thread_count() -> Option<u64> {
 pub fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
+
+/// The memory this process may use: the machine's `MemTotal`, or the container's cgroup
+/// limit (v2 `memory.max`, v1 `memory.limit_in_bytes`) where that is lower. `None` if none
+/// can be read.
+pub fn memory_limit_bytes() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+        let line = t.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kb: u64 = line["MemTotal:".len()..]
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        kb.checked_mul(1024)
+    });
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .filter_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok())
+    // cgroup v1 reports "no limit" as a huge number.
+    .find(|&b| b < 1 << 60);
+    match (total, cgroup) {
+        (Some(t), Some(c)) => Some(t.min(c)),
+        (t, c) => t.or(c),
+    }
+}

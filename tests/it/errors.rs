@@ -950,3 +950,36 @@ fn cli_outputs_never_replace_an_input() {
         assert_eq!(std::fs::read_to_string(&list).unwrap(), text, "{flag}");
     }
 }
+
+#[test]
+fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
+    // Without a host_memory_limit of the user's, the machine's memory (or the container's
+    // cgroup limit) is the limit: `--threads 10000` or 8192x8192 batches fail in build,
+    // naming what to lower, instead of in the out-of-memory killer.
+    let Some(memory) = imagefeed::procinfo::memory_limit_bytes() else {
+        println!("skipped: this system does not report its memory");
+        return;
+    };
+    let source = Source::from_entries([("a.jpg", 0)]).unwrap();
+    let huge = Loader::builder(source.clone())
+        .image_size(8192)
+        .batch_size(1024);
+    let need = huge.memory_budget().total();
+    if need <= memory {
+        println!("skipped: this machine has {memory} bytes, the settings need only {need}");
+        return;
+    }
+    let e = huge.clone().build().expect_err("over the machine's memory");
+    assert!(
+        matches!(e.kind(), ErrorKind::InvalidConfig { setting: "host_memory_limit", .. }),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(msg.contains("this machine's") && msg.contains("lower batch_size"), "{msg}");
+    // An explicit limit overrides the machine's.
+    assert!(huge.host_memory_limit(u64::MAX).build().is_ok());
+    // The default settings fit anywhere with 2 GB.
+    if memory >= 2 << 30 {
+        assert!(Loader::builder(source).build().is_ok());
+    }
+}
