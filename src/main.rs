@@ -554,17 +554,18 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         None => None,
     };
     let resume: Option<LoaderState> = match &a.resume_from {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|e| format!("{}: {e}", p.display()))?
-                .trim()
-                .parse()?,
-        ),
+        Some(p) => Some(read_state(p)?),
         None => None,
     };
     let first_epoch = resume.map_or(0, |s| s.epoch);
+    // A resumed epoch is always finished, whatever --epochs says.
+    let epochs = match resume {
+        Some(_) => first_epoch..=a.epochs.saturating_sub(1).max(first_epoch),
+        None if a.epochs == 0 => 1..=0,
+        None => 0..=a.epochs - 1,
+    };
     let mut reports = Vec::new();
-    for epoch in first_epoch..first_epoch.max(a.epochs) {
+    for epoch in epochs {
         procinfo::reset_peak_rss();
         let bar = if a.json {
             indicatif::ProgressBar::hidden()
@@ -899,6 +900,24 @@ fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
 
 /// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, written by hand:
 /// a few hundred lines of SVG need no plotting crate.
+/// The loader state in a `--state-out` file: one short line (a larger file is not one).
+fn read_state(path: &std::path::Path) -> Result<LoaderState, AnyError> {
+    use std::io::Read;
+    let named = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_string(&mut text))
+        .map_err(named)?;
+    if text.len() >= 4096 {
+        return Err(format!(
+            "{}: not a loader state (a state is one short line)",
+            path.display()
+        )
+        .into());
+    }
+    Ok(text.trim().parse()?)
+}
+
 /// A byte count: digits with an optional K, M, G or T suffix (powers of 1024).
 fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();

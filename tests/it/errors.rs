@@ -916,13 +916,10 @@ fn imagefeed_corpus_replaces_nothing() {
     assert_eq!(std::fs::read(fresh.join("files.txt")).unwrap(), list);
 }
 
-#[test]
-fn cli_outputs_never_replace_an_input() {
-    // `--indices-out` or `--state-out` naming the list (or the cache, or the state being
-    // resumed) would truncate it: refused before anything runs.
-    let dir = tempfile::tempdir().unwrap();
+/// `DIR/list.txt` listing 8 images of the shared corpus by absolute path; and its text.
+fn small_list(dir: &Path) -> (PathBuf, String) {
     let src = common::corpus(64, 7);
-    let list = dir.path().join("list.txt");
+    let list = dir.join("list.txt");
     let text: String = std::fs::read_to_string(src.join("files.txt"))
         .unwrap()
         .lines()
@@ -930,6 +927,61 @@ fn cli_outputs_never_replace_an_input() {
         .map(|l| format!("{}\n", src.join(l).display()))
         .collect();
     std::fs::write(&list, &text).unwrap();
+    (list, text)
+}
+
+#[test]
+fn cli_resume_finishes_its_epoch_and_refuses_what_is_not_a_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (list, _) = small_list(dir.path());
+    let bench = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+            .arg("bench")
+            .arg(&list)
+            .args(["--batch-size", "2", "--json"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // A state in epoch 5 with --epochs 3: the resumed epoch is finished (it used to run
+    // nothing and exit 0).
+    let state = dir.path().join("state.txt");
+    std::fs::write(
+        &state,
+        "imagefeed-state-v1 seed=0 epoch=5 position=2 rank=0 world_size=1\n",
+    )
+    .unwrap();
+    let out = bench(&["--resume-from", state.to_str().unwrap(), "--epochs", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        (reports[0]["epoch"].as_u64(), reports[0]["images"].as_u64()),
+        (Some(5), Some(6))
+    );
+    // A megabyte of anything is not a state: a short error naming the file.
+    std::fs::write(&state, vec![b'a'; 1 << 20]).unwrap();
+    let out = bench(&["--resume-from", state.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("state.txt") && err.len() < 300,
+        "{err:.300}"
+    );
+}
+
+#[test]
+fn cli_outputs_never_replace_an_input() {
+    // `--indices-out` or `--state-out` naming the list (or the cache, or the state being
+    // resumed) would truncate it: refused before anything runs.
+    let dir = tempfile::tempdir().unwrap();
+    let (list, text) = small_list(dir.path());
     for flag in ["--indices-out", "--state-out"] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
             .current_dir(dir.path())
@@ -971,11 +1023,20 @@ fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
     }
     let e = huge.clone().build().expect_err("over the machine's memory");
     assert!(
-        matches!(e.kind(), ErrorKind::InvalidConfig { setting: "host_memory_limit", .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::InvalidConfig {
+                setting: "host_memory_limit",
+                ..
+            }
+        ),
         "{e}"
     );
     let msg = e.to_string();
-    assert!(msg.contains("this machine's") && msg.contains("lower batch_size"), "{msg}");
+    assert!(
+        msg.contains("this machine's") && msg.contains("lower batch_size"),
+        "{msg}"
+    );
     // An explicit limit overrides the machine's.
     assert!(huge.host_memory_limit(u64::MAX).build().is_ok());
     // The default settings fit anywhere with 2 GB.
