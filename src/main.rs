@@ -559,13 +559,12 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     };
     let first_epoch = resume.map_or(0, |s| s.epoch);
     // A resumed epoch is always finished, whatever --epochs says.
-    let epochs = match resume {
-        Some(_) => first_epoch..=a.epochs.saturating_sub(1).max(first_epoch),
-        None if a.epochs == 0 => 1..=0,
-        None => 0..=a.epochs - 1,
+    let count = match resume {
+        Some(_) => a.epochs.saturating_sub(first_epoch).max(1),
+        None => a.epochs,
     };
     let mut reports = Vec::new();
-    for epoch in epochs {
+    for epoch in (0..count).map(|i| first_epoch + i) {
         procinfo::reset_peak_rss();
         let bar = if a.json {
             indicatif::ProgressBar::hidden()
