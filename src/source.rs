@@ -308,9 +308,10 @@ impl Source {
         classes.sort();
         let mut index = FileIndex::with_origin(dir.to_path_buf(), dir.to_path_buf());
         let mut files = Vec::new();
+        let mut ancestors = vec![std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?];
         for (label, (_, class_dir)) in classes.iter().enumerate() {
             files.clear();
-            collect_images(class_dir, &mut files)?;
+            collect_images(class_dir, &mut files, &mut ancestors)?;
             files.sort();
             for f in &files {
                 let rel = f.strip_prefix(dir).unwrap_or(f);
@@ -564,7 +565,35 @@ pub(crate) fn is_hidden(name: &OsStr) -> bool {
     name.to_string_lossy().starts_with('.')
 }
 
-fn collect_images(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+/// Adds the images under `dir` (recursively, following links to folders) to `out`.
+/// `ancestors` holds the canonical paths of the folders being walked, the source's own
+/// folder first: a link back to one of them (a loop, which made the walk exponential) is
+/// skipped with a warning.
+fn collect_images(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    ancestors: &mut Vec<PathBuf>,
+) -> Result<(), Error> {
+    let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+    if ancestors.contains(&canonical) {
+        log::warn!(
+            "{}: skipped, a link back to a folder it is inside ({})",
+            dir.display(),
+            canonical.display()
+        );
+        return Ok(());
+    }
+    ancestors.push(canonical);
+    let walked = collect_entries(dir, out, ancestors);
+    ancestors.pop();
+    walked
+}
+
+fn collect_entries(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    ancestors: &mut Vec<PathBuf>,
+) -> Result<(), Error> {
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();
@@ -574,7 +603,7 @@ fn collect_images(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
         let p = entry.path();
         let ft = entry.file_type().map_err(|e| Error::io(&p, e))?;
         if ft.is_dir() || (ft.is_symlink() && p.is_dir()) {
-            collect_images(&p, out)?;
+            collect_images(&p, out, ancestors)?;
         } else if has_image_extension(&p) {
             out.push(p);
         }

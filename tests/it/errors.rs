@@ -1044,3 +1044,41 @@ fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
         assert!(Loader::builder(source).build().is_ok());
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn issue_6_links_back_up_a_class_folder_tree_do_not_hang() {
+    // `cat/up -> ..` and `dog/root -> <source folder>`: the walk followed both forever (each
+    // level doubling the work). Links back to a folder being walked are skipped; a link to
+    // another folder (here `dog/cats -> ../cat`) still counts, once.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let jpg = std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap();
+    for class in ["cat", "dog"] {
+        std::fs::create_dir(d.join(class)).unwrap();
+        std::fs::write(d.join(class).join("a.jpg"), &jpg).unwrap();
+    }
+    std::os::unix::fs::symlink("..", d.join("cat/up")).unwrap();
+    std::os::unix::fs::symlink(d, d.join("dog/root")).unwrap();
+    std::os::unix::fs::symlink("../cat", d.join("dog/cats")).unwrap();
+    let root = d.to_path_buf();
+    let source = common::with_timeout(std::time::Duration::from_secs(20), move || {
+        Source::from_dir(&root).unwrap()
+    });
+    let mut entries: Vec<(String, u32)> = (0..source.len())
+        .map(|i| {
+            let p = source.path(i).unwrap();
+            let rel = p.strip_prefix(d).unwrap().to_string_lossy().into_owned();
+            (rel, source.label(i).unwrap())
+        })
+        .collect();
+    entries.sort();
+    assert_eq!(
+        entries,
+        [
+            ("cat/a.jpg".to_string(), 0),
+            ("dog/a.jpg".to_string(), 1),
+            ("dog/cats/a.jpg".to_string(), 1)
+        ]
+    );
+}
