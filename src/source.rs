@@ -273,6 +273,7 @@ impl Source {
     /// [`ErrorKind::Source`](crate::ErrorKind::Source) for a list with no entries.
     pub fn from_list_file(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
+        regular_file(path)?;
         let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let index = parse_list(path, base, &data)?;
@@ -365,6 +366,9 @@ impl Source {
             return Source::from_url(url);
         }
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if !meta.is_dir() {
+            regular_file(path)?;
+        }
         if meta.is_dir() {
             let shards = crate::shards::tar_files_in(path)?;
             if shards.is_empty() {
@@ -559,6 +563,21 @@ impl Source {
                 Backing::Tar(t) => t.heap_bytes(),
             }
     }
+}
+
+/// Refuses a source path that is not a regular file: reading a FIFO blocks until a writer
+/// comes, and a device such as `/dev/zero` never ends.
+pub(crate) fn regular_file(path: &Path) -> Result<(), Error> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "is a directory, not a file"
+    } else {
+        "is not a regular file (a device, FIFO or socket)"
+    };
+    Err(Error::io(path, std::io::Error::other(what)))
 }
 
 pub(crate) fn is_hidden(name: &OsStr) -> bool {

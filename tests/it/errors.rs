@@ -1082,3 +1082,33 @@ fn issue_6_links_back_up_a_class_folder_tree_do_not_hang() {
         ]
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn issue_6_a_fifo_or_device_as_the_list_is_an_error_not_a_hang() {
+    // Reading a FIFO blocks until a writer comes; /dev/zero never ends (and the list was read
+    // whole into memory).
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("list.txt");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    let mut lists = vec![PathBuf::from("/dev/zero")];
+    if made.is_ok_and(|s| s.success()) {
+        lists.push(fifo);
+    } else {
+        println!("mkfifo unavailable: only /dev/zero checked");
+    }
+    for list in lists {
+        let shown = list.clone();
+        let (open, from_list) =
+            common::with_timeout(std::time::Duration::from_secs(20), move || {
+                (
+                    Source::open(&list).map(|_| ()),
+                    Source::from_list_file(&list).map(|_| ()),
+                )
+            });
+        for e in [open.unwrap_err(), from_list.unwrap_err()] {
+            assert_eq!(e.path(), Some(shown.as_path()), "{e}");
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+    }
+}
