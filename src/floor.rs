@@ -3,7 +3,7 @@
 //! runs (no resize, no normalize, no batching), so this is the rate the pipeline can approach.
 //! `imagefeed floor SOURCE --threads N` prints it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -11,6 +11,19 @@ use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
 use crate::error::Error;
 use crate::source::Source;
 use crate::transform::{Geometry, ResizeFilter, ResizeMode};
+
+/// Reads the sample file at `path` into `bytes` as the pipeline does: a regular file (a FIFO
+/// would block, a device never end) of at most `limit` bytes. `false` if it is not one or
+/// cannot be read.
+fn read_sample(path: &Path, limit: u64, bytes: &mut Vec<u8>) -> bool {
+    use std::io::Read;
+    bytes.clear();
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() <= limit)
+        && std::fs::File::open(path)
+            .and_then(|f| f.take(limit + 1).read_to_end(bytes))
+            .is_ok()
+        && bytes.len() as u64 <= limit
+}
 
 /// The result of [`decode_floor`].
 #[derive(Debug, Clone)]
@@ -58,6 +71,7 @@ pub fn decode_floor(
         mode: ResizeMode::Stretch,
         filter: ResizeFilter::default(),
     };
+    let limit = settings.max_file_bytes();
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
@@ -79,10 +93,7 @@ pub fn decode_floor(
                             break;
                         }
                         source.index.path_into(i, &mut path);
-                        bytes.clear();
-                        let ok = std::fs::File::open(&path)
-                            .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut bytes))
-                            .is_ok();
+                        let ok = read_sample(&path, limit, &mut bytes);
                         match ok.then(|| dec.decode(&bytes, &path, &geom, false, &gate)) {
                             Some(Ok(d)) => {
                                 done.fetch_add(1, Relaxed);
@@ -199,6 +210,7 @@ fn compare(
         mode: ResizeMode::Stretch,
         filter,
     };
+    let limit = settings(true).max_file_bytes();
     let (geom_a, geom_b) = (geom(a.1), geom(b.1));
     let (mut scaled_dec, mut full_dec) = (Decoder::new(settings(a.0)), Decoder::new(settings(b.0)));
     let gate = LargeGate::default();
@@ -212,11 +224,7 @@ fn compare(
     let mut path = PathBuf::new();
     for i in 0..n {
         source.index.path_into(i, &mut path);
-        bytes.clear();
-        if std::fs::File::open(&path)
-            .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut bytes))
-            .is_err()
-        {
+        if !read_sample(&path, limit, &mut bytes) {
             continue;
         }
         if scaled_dec

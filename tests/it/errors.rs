@@ -1112,3 +1112,15 @@ fn issue_6_a_fifo_or_device_as_the_list_is_an_error_not_a_hang() {
         }
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn issue_6_the_floor_skips_devices_instead_of_reading_them_forever() {
+    // `imagefeed floor` read each listed file whole: /dev/zero never ends.
+    let good = common::testdata("photos/photo_0.jpg");
+    let source = Source::from_entries([(PathBuf::from("/dev/zero"), 0), (good, 1)]).unwrap();
+    let report = common::with_timeout(std::time::Duration::from_secs(20), move || {
+        imagefeed::floor::decode_floor(&source, 2, true, 160, JpegDecoder::Auto, None).unwrap()
+    });
+    assert_eq!((report.images, report.failed), (1, 1));
+}
