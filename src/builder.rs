@@ -771,28 +771,25 @@ impl LoaderBuilder {
             return Err(Error::feature_disabled("turbojpeg"));
         }
         let budget = MemoryBudget::compute(cfg, &self.source);
-        if let Some(limit) = cfg.host_memory_limit {
+        // Without a limit of the user's, the machine's (or container's) memory is the limit:
+        // settings that could never fit fail here, not in the out-of-memory killer.
+        let limit = match cfg.host_memory_limit {
+            Some(l) => Some((l, format!("the limit is {:.1} MB", l as f64 / 1e6), "")),
+            None => crate::procinfo::memory_limit_bytes().map(|m| {
+                (
+                    m,
+                    format!("this machine has {:.1} MB of memory", m as f64 / 1e6),
+                    ", or set a host_memory_limit to run anyway",
+                )
+            }),
+        };
+        if let Some((limit, what, hint)) = limit {
             if budget.total() > limit {
                 return Err(Error::config(
                     "host_memory_limit",
                     format!(
-                        "the settings need up to {:.1} MB but the limit is {:.1} MB; {}. Budget: {budget}",
+                        "the settings need up to {:.1} MB but {what}; {}{hint}. Budget: {budget}",
                         budget.total() as f64 / 1e6,
-                        limit as f64 / 1e6,
-                        what_to_lower(&budget)
-                    ),
-                ));
-            }
-        } else if let Some(memory) = crate::procinfo::memory_limit_bytes() {
-            // Without a limit of the user's, settings that could not fit in this machine (or
-            // container) at all fail here instead of in the kernel's out-of-memory killer.
-            if budget.total() > memory {
-                return Err(Error::config(
-                    "host_memory_limit",
-                    format!(
-                        "the settings need up to {:.1} MB, more than this machine's {:.1} MB of memory; {}, or set a host_memory_limit to run anyway. Budget: {budget}",
-                        budget.total() as f64 / 1e6,
-                        memory as f64 / 1e6,
                         what_to_lower(&budget)
                     ),
                 ));

@@ -1034,7 +1034,7 @@ fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("this machine's") && msg.contains("lower batch_size"),
+        msg.contains("this machine has") && msg.contains("lower batch_size"),
         "{msg}"
     );
     // An explicit limit overrides the machine's.
