@@ -897,8 +897,6 @@ fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
     Ok(())
 }
 
-/// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, written by hand:
-/// a few hundred lines of SVG need no plotting crate.
 /// The loader state in a `--state-out` file: one short line (a larger file is not one).
 fn read_state(path: &std::path::Path) -> Result<LoaderState, AnyError> {
     use std::io::Read;
@@ -942,6 +940,8 @@ fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     }
 }
 
+/// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, written by hand:
+/// a few hundred lines of SVG need no plotting crate.
 fn sweep_svg(points: &[SweepPoint]) -> String {
     let (w, h, m) = (900.0, 560.0, 70.0);
     let max_x = points.iter().map(|p| mb(p.peak_rss)).fold(1.0, f64::max) * 1.05;

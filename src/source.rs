@@ -366,9 +366,6 @@ impl Source {
             return Source::from_url(url);
         }
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-        if !meta.is_dir() {
-            regular_file(path)?;
-        }
         if meta.is_dir() {
             let shards = crate::shards::tar_files_in(path)?;
             if shards.is_empty() {
@@ -496,13 +493,7 @@ impl Source {
             Backing::Files => {
                 use std::io::Read;
                 let path = self.index.path(i);
-                let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
-                if !meta.is_file() {
-                    return Err(Error::io(
-                        &path,
-                        std::io::Error::other("is not a regular file"),
-                    ));
-                }
+                regular_file(&path)?;
                 let mut out = Vec::new();
                 std::fs::File::open(&path)
                     .map_err(|e| Error::io(&path, e))?
@@ -565,8 +556,9 @@ impl Source {
     }
 }
 
-/// Refuses a source path that is not a regular file: reading a FIFO blocks until a writer
-/// comes, and a device such as `/dev/zero` never ends.
+/// Refuses a path that is not a regular file before it is opened: opening a FIFO blocks
+/// until a writer comes, and a device such as `/dev/zero` never ends. The one check for
+/// lists, sample files and cached-epoch rereads.
 pub(crate) fn regular_file(path: &Path) -> Result<(), Error> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if meta.is_file() {

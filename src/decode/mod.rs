@@ -174,19 +174,7 @@ impl Decoder {
         let started = Instant::now();
         // Stat before opening: opening a FIFO would block until a writer appears, and a
         // device could be read forever.
-        let kind = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-        if kind.is_dir() {
-            return Err(Error::io(
-                path,
-                std::io::Error::other("is a directory, not an image file"),
-            ));
-        }
-        if !kind.is_file() {
-            return Err(Error::io(
-                path,
-                std::io::Error::other("is not a regular file (a device, FIFO or socket)"),
-            ));
-        }
+        crate::source::regular_file(path)?;
         let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let meta = file.metadata().map_err(|e| Error::io(path, e))?;
         let limit = self.settings.max_file_bytes();
