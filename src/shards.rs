@@ -343,6 +343,89 @@ fn open(index: &TarIndex, shard: u32, start: u64, end: u64, name: &Path) -> Resu
 /// be held in every error and index entry that names the member.
 const MAX_MEMBER_NAME_BYTES: usize = 4096;
 
+/// Largest extension header read (GNU long name or link, PAX records): real ones are a few
+/// hundred bytes. They are read into memory, so a hostile shard's 1 GB "long name" is refused
+/// by its size, before any of it is read.
+const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
+
+/// What the extension headers before a member said about it.
+#[derive(Default)]
+struct Pending {
+    /// The name from a GNU long-name header (which wins, as in GNU tar and the `tar` crate).
+    long_name: Option<Vec<u8>>,
+    /// The name and size from a PAX header.
+    pax_path: Option<Vec<u8>>,
+    pax_size: Option<u64>,
+    /// Whether any extension header is waiting for its member.
+    any: bool,
+}
+
+impl Pending {
+    /// Reads one extension header `entry` (of type `kind`, member number `n`) into `self`.
+    fn read<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        kind: tar::EntryType,
+        n: usize,
+    ) -> Result<(), String> {
+        if kind.is_pax_global_extensions() || kind.is_gnu_longlink() {
+            // Global records and link targets say nothing about which samples there are:
+            // skipped unread.
+            return Ok(());
+        }
+        let what = if kind.is_gnu_longname() {
+            "GNU long-name"
+        } else {
+            "PAX"
+        };
+        let size = entry.size();
+        if size > MAX_EXTENSION_BYTES {
+            return Err(format!(
+                "member {n} is a {what} header of {size} bytes, over the {MAX_EXTENSION_BYTES}-byte limit"
+            ));
+        }
+        let mut data = Vec::with_capacity(size as usize);
+        entry
+            .take(size)
+            .read_to_end(&mut data)
+            .map_err(|e| format!("member {n}, a {what} header: {e}"))?;
+        let twice = if kind.is_gnu_longname() {
+            self.long_name.is_some()
+        } else {
+            self.pax_path.is_some() || self.pax_size.is_some()
+        };
+        if twice {
+            return Err(format!(
+                "member {n}: two {what} headers describe one member"
+            ));
+        }
+        self.any = true;
+        if kind.is_gnu_longname() {
+            while data.last() == Some(&0) {
+                data.pop();
+            }
+            self.long_name = Some(data);
+            return Ok(());
+        }
+        for record in tar::PaxExtensions::new(&data) {
+            let record = record.map_err(|e| format!("member {n}, a PAX header: {e}"))?;
+            match record.key_bytes() {
+                b"path" => self.pax_path = Some(record.value_bytes().to_vec()),
+                b"size" => {
+                    let size = record
+                        .value()
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .ok_or_else(|| format!("member {n}: PAX size is not a number"))?;
+                    self.pax_size = Some(size);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One sample found while indexing a shard.
 struct Found {
     member: String,
@@ -378,13 +461,41 @@ fn index_shard<R: Read>(
         *label = None;
         *key = None;
     };
-    for (n, entry) in entries.enumerate() {
+    // Raw entries: the `tar` crate would read GNU long names and PAX headers whole, however
+    // large, before handing over the member they describe. They are read here, size-checked.
+    let mut pending = Pending::default();
+    for (n, entry) in entries.raw(true).enumerate() {
         let mut entry = entry
             .map_err(|e| damaged(format!("not a valid tar archive (after {n} members): {e}")))?;
-        if !entry.header().entry_type().is_file() {
+        let header = entry.header();
+        let kind = header.entry_type();
+        let recognized = header.as_gnu().is_some() || header.as_ustar().is_some();
+        if recognized
+            && (kind.is_gnu_longname()
+                || kind.is_gnu_longlink()
+                || kind.is_pax_local_extensions()
+                || kind.is_pax_global_extensions())
+        {
+            pending.read(&mut entry, kind, n + 1).map_err(damaged)?;
             continue;
         }
-        let name = entry.path_bytes();
+        let ext = std::mem::take(&mut pending);
+        if !kind.is_file() {
+            continue;
+        }
+        if let Some(size) = ext.pax_size.filter(|&s| s != entry.size()) {
+            // GNU tar would read `size` bytes and this index the header's: refuse rather than
+            // pick one (two parsers disagreeing is how hostile archives hide members).
+            return Err(damaged(format!(
+                "member {}: its PAX size ({size}) disagrees with its header's ({})",
+                n + 1,
+                entry.size()
+            )));
+        }
+        let name = match ext.long_name.or(ext.pax_path) {
+            Some(name) => std::borrow::Cow::Owned(name),
+            None => entry.path_bytes(),
+        };
         if name.len() > MAX_MEMBER_NAME_BYTES {
             let start: String = String::from_utf8_lossy(&name[..120])
                 .chars()
@@ -437,6 +548,11 @@ fn index_shard<R: Read>(
             })?;
             label = Some(parsed);
         }
+    }
+    if pending.any {
+        return Err(damaged(
+            "the archive ends after an extension header, without the member it describes".into(),
+        ));
     }
     flush(&mut key, &mut image, &mut label, &mut out);
     Ok(out)

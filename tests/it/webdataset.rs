@@ -534,3 +534,106 @@ fn issue_7_a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
         "{message}"
     );
 }
+
+#[test]
+fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let regular = |h: &mut tar::Header, size: usize| {
+        h.set_size(size as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+    };
+    // Long names written the two usual ways, each with a label: a GNU long-name header (GNU
+    // tar, the `tar` crate) and a PAX `path` record (POSIX pax, Python's tarfile), whose
+    // member header holds a truncated name.
+    let gnu = format!("{}/000001", "g".repeat(150));
+    let pax = format!("{}/000002", "p".repeat(200));
+    let mut b = tar::Builder::new(Vec::new());
+    for (ext, data) in [("jpg", &jpg[..]), ("cls", &b"4"[..])] {
+        let mut h = tar::Header::new_gnu();
+        regular(&mut h, data.len());
+        b.append_data(&mut h, format!("{gnu}.{ext}"), data).unwrap();
+    }
+    for (ext, data) in [("jpg", &jpg[..]), ("cls", &b"5"[..])] {
+        let name = format!("{pax}.{ext}");
+        b.append_pax_extensions([("path", name.as_bytes())])
+            .unwrap();
+        let mut h = tar::Header::new_ustar();
+        regular(&mut h, data.len());
+        h.set_path(format!("truncated.{ext}")).unwrap();
+        h.set_cksum();
+        b.append(&h, data).unwrap();
+    }
+    let shard = write(d, "names.tar", &b.into_inner().unwrap());
+    let s = Source::from_tar_shards([&shard]).unwrap();
+    assert_eq!(s.len(), 2);
+    assert_eq!((s.label(0), s.label(1)), (Some(4), Some(5)));
+    let p0 = s.path(0).unwrap().to_string_lossy().into_owned();
+    let p1 = s.path(1).unwrap().to_string_lossy().into_owned();
+    assert!(p0.ends_with(&format!("{gnu}.jpg]")), "{p0}");
+    assert!(p1.ends_with(&format!("{pax}.jpg]")), "{p1}");
+    // Both samples are read from the offsets indexed.
+    let images: usize = Loader::builder(s)
+        .image_size(16)
+        .batch_size(2)
+        .shuffle(false)
+        .build()
+        .unwrap()
+        .epoch(0)
+        .map(|b| b.unwrap().len())
+        .sum();
+    assert_eq!(images, 2);
+
+    // A GNU long-name header of 1 MB is refused by its size, before it is read (the `tar`
+    // crate read such headers whole, so a 1 GB one took 1 GB of memory).
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    regular(&mut h, jpg.len());
+    b.append_data(&mut h, format!("{}.jpg", "k".repeat(999_996)), &jpg[..])
+        .unwrap();
+    let huge = write(d, "huge.tar", &b.into_inner().unwrap());
+    let msg = Source::from_tar_shards([&huge]).unwrap_err().to_string();
+    assert!(
+        msg.contains("huge.tar")
+            && msg.contains("GNU long-name header of 1000001 bytes, over the 65536-byte limit"),
+        "{msg:.300}"
+    );
+    assert!(msg.len() < 500, "{} bytes of message", msg.len());
+
+    // A PAX size that disagrees with the member's header: refused, not guessed.
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_pax_extensions([("size", &b"99"[..])]).unwrap();
+    let mut h = tar::Header::new_ustar();
+    regular(&mut h, jpg.len());
+    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    let sized = write(d, "sized.tar", &b.into_inner().unwrap());
+    let msg = Source::from_tar_shards([&sized]).unwrap_err().to_string();
+    assert!(
+        msg.contains("sized.tar") && msg.contains("PAX size (99)"),
+        "{msg}"
+    );
+
+    // An archive that ends after an extension header, and two long names for one member.
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_ustar();
+    regular(&mut h, jpg.len());
+    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    b.append_pax_extensions([("path", &b"b.jpg"[..])]).unwrap();
+    let cut = write(d, "cut.tar", &b.into_inner().unwrap());
+    let msg = Source::from_tar_shards([&cut]).unwrap_err().to_string();
+    assert!(
+        msg.contains("cut.tar") && msg.contains("ends after an extension header"),
+        "{msg}"
+    );
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_pax_extensions([("path", &b"b.jpg"[..])]).unwrap();
+    b.append_pax_extensions([("path", &b"c.jpg"[..])]).unwrap();
+    let mut h = tar::Header::new_ustar();
+    regular(&mut h, jpg.len());
+    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    let twice = write(d, "twice-named.tar", &b.into_inner().unwrap());
+    let msg = Source::from_tar_shards([&twice]).unwrap_err().to_string();
+    assert!(msg.contains("two PAX headers"), "{msg}");
+}
