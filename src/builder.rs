@@ -311,8 +311,9 @@ pub struct MemoryBudget {
     /// Per-thread decode buffers kept between images (file bytes, pixels, the resize's
     /// intermediate image and filter taps).
     pub decode_scratch_bytes: u64,
-    /// One large image (over the per-thread working set) at a time: `max_pixels` × 11 bytes
-    /// plus its file. Lower `max_pixels` to lower it.
+    /// Decodes too large for the per-thread working set: `max_pixels` × 11 bytes plus one
+    /// file, shared by the threads (one image at `max_pixels` at a time, or several smaller
+    /// ones whose estimates fit together). Lower `max_pixels` to lower it.
     pub large_image_bytes: u64,
     /// Batches: the prefetch queue, the one being filled, one spare in the pool and the one the
     /// consumer holds; for a GPU, also `prefetch + 2` pinned staging buffers of one batch each
@@ -370,7 +371,7 @@ impl fmt::Display for MemoryBudget {
         let mb = |b: u64| b as f64 / 1e6;
         write!(
             f,
-            "{:.1} MB = batches {:.1} + shuffle buffer {:.1} + in-flight samples {:.1} + decode scratch {:.1} + one large image {:.1} + index {:.1}",
+            "{:.1} MB = batches {:.1} + shuffle buffer {:.1} + in-flight samples {:.1} + decode scratch {:.1} + large decodes {:.1} + index {:.1}",
             mb(self.total()),
             mb(self.batch_bytes),
             mb(self.shuffle_buffer_bytes),
@@ -814,7 +815,7 @@ fn what_to_lower(b: &MemoryBudget) -> &'static str {
     let parts = [
         (
             b.large_image_bytes,
-            "lower max_pixels (one large image is decoded at a time)",
+            "lower max_pixels (it sizes the memory large decodes share)",
         ),
         (
             b.batch_bytes,

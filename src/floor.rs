@@ -72,11 +72,12 @@ pub fn decode_floor(
         filter: ResizeFilter::default(),
     };
     let limit = settings.max_file_bytes();
+    // Large decodes share the budget the loader gives them (`max_pixels` x 11 bytes).
+    let gate = LargeGate::new(settings.max_pixels * crate::decode::LARGE_BYTES_PER_PIXEL);
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
     let pixels = AtomicU64::new(0);
-    let gate = LargeGate::default();
     let start = Instant::now();
     std::thread::scope(|s| -> Result<(), Error> {
         let mut handles = Vec::new();

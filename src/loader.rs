@@ -68,12 +68,13 @@ impl Loader {
             prefetch: cfg.prefetch,
         }));
         let pools = crate::pipeline::Pools::new(&cfg);
+        let gate = LargeGate::new(cfg.max_pixels * crate::decode::LARGE_BYTES_PER_PIXEL);
         Loader {
             source,
             cfg,
             budget,
             stats: Arc::new(StatsCell::default()),
-            gate: Arc::new(LargeGate::default()),
+            gate: Arc::new(gate),
             staging,
             cache,
             normalize_pool: std::sync::OnceLock::new(),

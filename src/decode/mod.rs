@@ -14,8 +14,9 @@
 //!   when the target axes are swapped), so transposing costs 160×160 pixels, not the full frame.
 //!
 //! Memory: a worker keeps its buffers between images up to [`RETAIN_BYTES`]; a decode whose
-//! estimated working set is larger first takes the loader-wide [`LargeGate`], so at most one
-//! large image is in memory at a time, however many threads there are.
+//! estimated working set is larger first enters the loader-wide [`LargeGate`], which admits
+//! large decodes only while their estimates together fit in the budget's `large_image_bytes`
+//! (`max_pixels` × 11 bytes), however many threads there are.
 
 pub(crate) mod header;
 
@@ -76,30 +77,78 @@ impl DecodeSettings {
     }
 }
 
-/// Lets one large decode run at a time across all workers of a loader.
+/// Admits large decodes (those over [`SMALL_DECODE_BYTES`]) across all workers of a loader
+/// while their estimated working sets together fit in `capacity` bytes (the budget's
+/// `large_image_bytes`), in arrival order. A decode larger than the whole capacity, or
+/// claiming it all ([`LargeGate::enter_alone`]), runs alone. So one image at `max_pixels` is
+/// decoded at a time, but several 6-megapixel progressive photos at once.
 #[derive(Debug, Default)]
 pub(crate) struct LargeGate {
-    busy: Mutex<bool>,
-    freed: Condvar,
+    capacity: u64,
+    state: Mutex<GateState>,
+    changed: Condvar,
 }
 
-pub(crate) struct GateGuard<'a>(&'a LargeGate);
+#[derive(Debug, Default)]
+struct GateState {
+    /// Bytes claimed by the decodes inside.
+    used: u64,
+    /// Decodes inside.
+    inside: usize,
+    /// Tickets handed out, and the one admitted next (arrival order: a large decode waiting
+    /// for room is not overtaken by smaller ones that would fit).
+    next_ticket: u64,
+    serving: u64,
+}
+
+pub(crate) struct GateGuard<'a> {
+    gate: &'a LargeGate,
+    bytes: u64,
+}
 
 impl LargeGate {
-    pub(crate) fn enter(&self) -> GateGuard<'_> {
-        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        while *busy {
-            busy = self.freed.wait(busy).unwrap_or_else(|e| e.into_inner());
+    /// A gate admitting decodes whose estimates add up to at most `capacity` bytes (with
+    /// `0`, one at a time).
+    pub(crate) fn new(capacity: u64) -> Self {
+        LargeGate {
+            capacity,
+            ..Self::default()
         }
-        *busy = true;
-        GateGuard(self)
+    }
+
+    /// Waits for room for a decode estimated at `bytes`, then holds it until the guard drops.
+    pub(crate) fn enter(&self, bytes: u64) -> GateGuard<'_> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let ticket = s.next_ticket;
+        s.next_ticket += 1;
+        while !(s.serving == ticket
+            && (s.inside == 0 || s.used.saturating_add(bytes) <= self.capacity))
+        {
+            s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.serving += 1;
+        s.used = s.used.saturating_add(bytes);
+        s.inside += 1;
+        drop(s);
+        // The next ticket may fit beside this one.
+        self.changed.notify_all();
+        GateGuard { gate: self, bytes }
+    }
+
+    /// Waits until nothing else is inside, then holds the whole gate (a file too large to
+    /// estimate before it is read).
+    pub(crate) fn enter_alone(&self) -> GateGuard<'_> {
+        self.enter(u64::MAX)
     }
 }
 
 impl Drop for GateGuard<'_> {
     fn drop(&mut self) {
-        *self.0.busy.lock().unwrap_or_else(|e| e.into_inner()) = false;
-        self.0.freed.notify_one();
+        let mut s = self.gate.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.used = s.used.saturating_sub(self.bytes);
+        s.inside -= 1;
+        drop(s);
+        self.gate.changed.notify_all();
     }
 }
 
@@ -187,7 +236,7 @@ impl Decoder {
                 ),
             ));
         }
-        let guard = (meta.len() > RETAIN_BYTES).then(|| gate.enter());
+        let guard = (meta.len() > RETAIN_BYTES).then(|| gate.enter_alone());
         self.file.clear();
         // `take` bounds the read even if the file grows after the metadata call.
         let read = (&mut file)
@@ -220,7 +269,7 @@ impl Decoder {
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
-        let guard = (bytes.len() as u64 > RETAIN_BYTES).then(|| gate.enter());
+        let guard = (bytes.len() as u64 > RETAIN_BYTES).then(|| gate.enter_alone());
         let result = self.decode_resize(bytes, name, geom, guard.is_some(), gate, out);
         drop(guard);
         result
@@ -334,7 +383,7 @@ impl Decoder {
             1
         };
         let estimate = jpeg_working_set(&info, scale, use_turbo);
-        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter());
+        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter(estimate));
         let (width, height) = if use_turbo {
             self.decode_turbo(bytes, path, &info, scale)?
         } else {
@@ -495,7 +544,7 @@ impl Decoder {
         let total = dec.total_bytes();
         let px = w as usize * h as usize;
         let estimate = total + px as u64 * 3;
-        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter());
+        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter(estimate));
         self.aux.clear();
         self.aux.resize(total as usize, 0);
         dec.read_image(&mut self.aux).map_err(perr)?;
@@ -612,6 +661,53 @@ fn check_extension(path: &Path, format: Format) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_large_gate_admits_what_fits_together_in_arrival_order() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        use std::sync::Arc;
+        let gate = Arc::new(LargeGate::new(100));
+        // Two that fit together are both inside at once.
+        let a = gate.enter(40);
+        let b = gate.enter(60);
+        // A third must wait for room; it gets in once one leaves.
+        let entered = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (gate, entered) = (Arc::clone(&gate), Arc::clone(&entered));
+            std::thread::spawn(move || {
+                let _g = gate.enter(50);
+                entered.store(true, SeqCst);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!entered.load(SeqCst), "admitted past the capacity");
+        drop(a);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!entered.load(SeqCst), "40 freed is not room for 50");
+        drop(b);
+        waiter.join().unwrap();
+        assert!(entered.load(SeqCst));
+        // One larger than the whole capacity, or claiming it all, runs alone.
+        let big = gate.enter(1_000);
+        let s = gate.state.lock().unwrap();
+        assert_eq!((s.inside, s.used), (1, 1_000));
+        drop(s);
+        drop(big);
+        let alone = gate.enter_alone();
+        let small = {
+            let gate = Arc::clone(&gate);
+            std::thread::spawn(move || drop(gate.enter(1)))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !small.is_finished(),
+            "admitted beside a decode that claims the gate"
+        );
+        drop(alone);
+        small.join().unwrap();
+        let s = gate.state.lock().unwrap();
+        assert_eq!((s.inside, s.used), (0, 0));
+    }
 
     #[cfg(unix)]
     #[test]
