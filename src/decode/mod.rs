@@ -15,8 +15,8 @@
 //!
 //! Memory: a worker keeps its buffers between images up to [`RETAIN_BYTES`]; a decode whose
 //! estimated working set is larger first enters the loader-wide [`LargeGate`], which admits
-//! large decodes only while their estimates together fit in the budget's `large_image_bytes`
-//! (`max_pixels` × 11 bytes), however many threads there are.
+//! large decodes only while their estimates together fit in `max_pixels` × 11 bytes (the
+//! budget's `large_image_bytes`), however many threads there are.
 
 pub(crate) mod header;
 
@@ -78,8 +78,8 @@ impl DecodeSettings {
 }
 
 /// Admits large decodes (those over [`SMALL_DECODE_BYTES`]) across all workers of a loader
-/// while their estimated working sets together fit in `capacity` bytes (the budget's
-/// `large_image_bytes`), in arrival order. A decode larger than the whole capacity, or
+/// while their estimated working sets together fit in `capacity` bytes (`max_pixels` × 11,
+/// the decode part of the budget's `large_image_bytes`), in arrival order. A decode larger than the whole capacity, or
 /// claiming it all ([`LargeGate::enter_alone`]), runs alone. So one image at `max_pixels` is
 /// decoded at a time, but several 6-megapixel progressive photos at once.
 #[derive(Debug, Default)]
