@@ -25,17 +25,33 @@ echo "corpus: $list ($(wc -l < "$list") images), $threads threads" >&2
 have_tf=0
 python3 -c "import tensorflow" 2>/dev/null && have_tf=1
 # Cold epochs are noisy on a shared 2-core machine: alternate imagefeed, the floor and tf.data
-# ROUNDS times (default 3) and compare medians.
+# ROUNDS times (default 3) and compare medians. The order rotates each round (each tool runs
+# first, second and third once in three rounds), so a slow spell of the machine does not
+# always fall on the same tool.
 rounds=${ROUNDS:-3}
-for r in $(seq 1 "$rounds"); do
-  echo "== round $r/$rounds: imagefeed cold epoch (batch 64, shuffle buffer 1000, f32 160x160), decode floor, tf.data cold" >&2
+run_imagefeed() {
   "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --json >> "$out/cold.json"
-  psnr=0
-  [ "$r" = 1 ] && psnr=500
+}
+run_floor() {
+  local psnr=0
+  [ "$1" = 1 ] && psnr=500
   "$bin" floor "$list" --threads "$threads" --psnr-images "$psnr" --json >> "$out/floor.json"
+}
+run_tf() {
   if [ "$have_tf" = 1 ]; then
     python3 benches/compare/tf_pipeline.py "$list" >> "$out/tf.json"
   fi
+}
+for r in $(seq 1 "$rounds"); do
+  case $(( (r - 1) % 3 )) in
+    0) order="imagefeed floor tf" ;;
+    1) order="floor tf imagefeed" ;;
+    2) order="tf imagefeed floor" ;;
+  esac
+  echo "== round $r/$rounds ($order): imagefeed cold epoch (batch 64, shuffle buffer 1000, f32 160x160), decode floor, tf.data cold" >&2
+  for tool in $order; do
+    "run_$tool" "$r"
+  done
 done
 echo "== imagefeed: cold epoch writing the cache, then 2 cached epochs" >&2
 "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --epochs 3 --cache "$cache" --json > "$out/cached.json"
