@@ -312,8 +312,9 @@ pub struct MemoryBudget {
     /// intermediate image and filter taps).
     pub decode_scratch_bytes: u64,
     /// Decodes too large for the per-thread working set: `max_pixels` × 11 bytes plus one
-    /// file, shared by the threads (one image at `max_pixels` at a time, or several smaller
-    /// ones whose estimates fit together). Lower `max_pixels` to lower it.
+    /// file, the most one image at `max_pixels` can take (several smaller large decodes run
+    /// side by side only while together they hold no more than one such image's
+    /// coefficients). Lower `max_pixels` to lower it.
     pub large_image_bytes: u64,
     /// Batches: the prefetch queue, the one being filled, one spare in the pool and the one the
     /// consumer holds; for a GPU, also `prefetch + 2` pinned staging buffers of one batch each

@@ -72,8 +72,8 @@ pub fn decode_floor(
         filter: ResizeFilter::default(),
     };
     let limit = settings.max_file_bytes();
-    // Large decodes share the budget the loader gives them (`max_pixels` x 11 bytes).
-    let gate = LargeGate::new(settings.max_pixels * crate::decode::LARGE_BYTES_PER_PIXEL);
+    // Large decodes share memory as in the loader.
+    let gate = LargeGate::for_max_pixels(settings.max_pixels);
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicU64::new(0);

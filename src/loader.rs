@@ -68,7 +68,7 @@ impl Loader {
             prefetch: cfg.prefetch,
         }));
         let pools = crate::pipeline::Pools::new(&cfg);
-        let gate = LargeGate::new(cfg.max_pixels * crate::decode::LARGE_BYTES_PER_PIXEL);
+        let gate = LargeGate::for_max_pixels(cfg.max_pixels);
         Loader {
             source,
             cfg,

@@ -15,8 +15,8 @@
 //!
 //! Memory: a worker keeps its buffers between images up to [`RETAIN_BYTES`]; a decode whose
 //! estimated working set is larger first enters the loader-wide [`LargeGate`], which admits
-//! large decodes only while their estimates together fit in `max_pixels` × 11 bytes (the
-//! budget's `large_image_bytes`), however many threads there are.
+//! large decodes only while their estimates together fit in what one image at `max_pixels`
+//! would hold (within the budget's `large_image_bytes`), however many threads there are.
 
 pub(crate) mod header;
 
@@ -37,6 +37,10 @@ pub(crate) const SMALL_DECODE_BYTES: u64 = 32 << 20;
 /// Worst-case working set per source pixel of one large decode: a progressive 4:4:4 JPEG's
 /// coefficient buffer (6 B) plus RGB output (3 B), or a 16-bit RGBA PNG (8 B) plus RGB (3 B).
 pub(crate) const LARGE_BYTES_PER_PIXEL: u64 = 11;
+/// What large decodes may hold together, per pixel of `max_pixels`: one progressive colour
+/// JPEG at `max_pixels` keeps 6 bytes a pixel of coefficients, so large decodes side by side
+/// never hold more than that one image would (a single larger decode still runs, alone).
+const SHARED_LARGE_BYTES_PER_PIXEL: u64 = 6;
 /// What the png crate may allocate for a PNG's ancillary chunks (text, ICC profile) besides
 /// its row buffers: real ICC profiles are well under 1 MiB.
 const PNG_METADATA_BYTES: u64 = 16 << 20;
@@ -78,10 +82,11 @@ impl DecodeSettings {
 }
 
 /// Admits large decodes (those over [`SMALL_DECODE_BYTES`]) across all workers of a loader
-/// while their estimated working sets together fit in `capacity` bytes (`max_pixels` × 11,
-/// the decode part of the budget's `large_image_bytes`), in arrival order. A decode larger than the whole capacity, or
-/// claiming it all ([`LargeGate::enter_alone`]), runs alone. So one image at `max_pixels` is
-/// decoded at a time, but several 6-megapixel progressive photos at once.
+/// while their estimated working sets together fit in `capacity` bytes, in arrival order: for
+/// a loader, `max_pixels` × [`SHARED_LARGE_BYTES_PER_PIXEL`], what one progressive JPEG at
+/// `max_pixels` holds (within the budget's `large_image_bytes`). A decode larger than the whole
+/// capacity, or claiming it all ([`LargeGate::enter_alone`]), runs alone. So several
+/// 6-megapixel progressive photos decode at once, never more memory than one image at the limit.
 #[derive(Debug, Default)]
 pub(crate) struct LargeGate {
     capacity: u64,
@@ -114,6 +119,11 @@ impl LargeGate {
             capacity,
             ..Self::default()
         }
+    }
+
+    /// The gate of a loader whose images have at most `max_pixels` pixels.
+    pub(crate) fn for_max_pixels(max_pixels: u64) -> Self {
+        Self::new(max_pixels.saturating_mul(SHARED_LARGE_BYTES_PER_PIXEL))
     }
 
     /// Waits for room for a decode estimated at `bytes`, then holds it until the guard drops.

@@ -1124,3 +1124,69 @@ fn issue_6_the_floor_skips_devices_instead_of_reading_them_forever() {
     });
     assert_eq!((report.images, report.failed), (1, 1));
 }
+
+#[cfg(all(unix, feature = "turbojpeg"))]
+#[test]
+fn issue_6_large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels() {
+    // Large decodes (progressive JPEGs keep every coefficient: 6 bytes a pixel at 4:4:4) run
+    // side by side only while together they fit in what one image at `max_pixels` holds. Two
+    // 16-megapixel progressive files with `max_pixels` at 18 M must take turns: peak RSS grows
+    // by one image's ~96 MB, not two. The parent writes the files (encoding them costs more
+    // memory than decoding), the child, which finds them by the parent's PID, measures.
+    const NAME: &str =
+        "errors::issue_6_large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels";
+    let (w, h) = (4000usize, 4000usize);
+    let dir_of = |pid: u32| std::env::temp_dir().join(format!("imagefeed-it-large-{pid}"));
+    let child = std::env::var("IMAGEFEED_IT_CHILD").as_deref() == Ok(NAME);
+    if !child {
+        let dir = dir_of(std::process::id());
+        std::fs::create_dir_all(&dir).unwrap();
+        let rgb: Vec<u8> = (0..w * h * 3)
+            .map(|i| ((i / 3) % 200 + (i % 3) * 20) as u8)
+            .collect();
+        let mut c = turbojpeg::Compressor::new().unwrap();
+        c.set_progressive(true).unwrap();
+        c.set_subsamp(turbojpeg::Subsamp::None).unwrap();
+        c.set_quality(50).unwrap();
+        let image = turbojpeg::Image {
+            pixels: &rgb[..],
+            width: w,
+            pitch: w * 3,
+            height: h,
+            format: turbojpeg::PixelFormat::RGB,
+        };
+        let jpeg = c.compress_to_vec(image).unwrap();
+        for i in 0..2 {
+            std::fs::write(dir.join(format!("big{i}.jpg")), &jpeg).unwrap();
+        }
+        let passed = std::panic::catch_unwind(|| common::runs_in_child(NAME));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!passed.unwrap());
+        return;
+    }
+    let dir = dir_of(std::os::unix::process::parent_id());
+    let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("big{i}.jpg"))).collect();
+    let source = Source::from_entries(paths.iter().map(|p| (p, 0))).unwrap();
+    let loader = Loader::builder(source)
+        .decode_threads(2)
+        .batch_size(2)
+        // 18 M: room for one of these files (~97 MB estimated) in 108 MB, not for two.
+        .max_pixels((w * h * 9 / 8) as u64)
+        .build()
+        .unwrap();
+    let before = imagefeed::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let images: usize = loader.epoch(0).map(|b| b.unwrap().len()).sum();
+    let grew = imagefeed::procinfo::peak_rss_bytes()
+        .unwrap()
+        .saturating_sub(before);
+    println!(
+        "two progressive 16 MP files: peak RSS grew {:.1} MB",
+        grew as f64 / 1e6
+    );
+    assert_eq!(images, 2);
+    assert!(
+        grew < 150_000_000,
+        "peak RSS grew {:.1} MB: both decodes were in memory at once",
+        grew as f64 / 1e6
+    );
+}
