@@ -480,6 +480,15 @@ fn index_shard<R: Read>(
             continue;
         }
         let ext = std::mem::take(&mut pending);
+        if kind.is_gnu_sparse() && header.as_gnu().is_some_and(|g| g.is_extended()) {
+            // Its sparse map continues in extra blocks after the header, which raw entries do
+            // not skip: refuse it by name rather than misread what follows.
+            return Err(damaged(format!(
+                "member {} (`{}`) is a GNU sparse file with an extended sparse map; shards hold plain files",
+                n + 1,
+                String::from_utf8_lossy(&header.path_bytes()).chars().take(120).collect::<String>()
+            )));
+        }
         if !kind.is_file() {
             continue;
         }

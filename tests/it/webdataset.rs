@@ -636,4 +636,25 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
     let twice = write(d, "twice-named.tar", &b.into_inner().unwrap());
     let msg = Source::from_tar_shards([&twice]).unwrap_err().to_string();
     assert!(msg.contains("two PAX headers"), "{msg}");
+
+    // A GNU sparse member whose map continues past its header (`tar --sparse`, many holes):
+    // its extra blocks would be misread as the next header, so it is refused by name.
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_ustar();
+    regular(&mut h, jpg.len());
+    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_path("holes.bin").unwrap();
+    h.set_size(512);
+    h.set_mode(0o644);
+    h.set_entry_type(tar::EntryType::GNUSparse);
+    h.as_gnu_mut().unwrap().isextended[0] = 1;
+    h.set_cksum();
+    b.append(&h, &[0u8; 512][..]).unwrap();
+    let sparse = write(d, "sparse.tar", &b.into_inner().unwrap());
+    let msg = Source::from_tar_shards([&sparse]).unwrap_err().to_string();
+    assert!(
+        msg.contains("sparse.tar") && msg.contains("`holes.bin`") && msg.contains("GNU sparse"),
+        "{msg}"
+    );
 }
