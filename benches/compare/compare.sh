@@ -29,6 +29,10 @@ python3 -c "import tensorflow" 2>/dev/null && have_tf=1
 # first, second and third once in three rounds), so a slow spell of the machine does not
 # always fall on the same tool.
 rounds=${ROUNDS:-3}
+# Untimed warm-up: one decode pass over the corpus, so no tool pays for reading it from disk
+# (the first timed run after the files were written or evicted read up to 40% slower here).
+echo "== warm-up: one untimed decode pass over the corpus" >&2
+"$bin" floor "$list" --threads "$threads" --psnr-images 0 > /dev/null
 run_imagefeed() {
   "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --json >> "$out/cold.json"
 }
