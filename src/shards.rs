@@ -480,26 +480,27 @@ fn index_shard<R: Read>(
             continue;
         }
         let ext = std::mem::take(&mut pending);
+        if let Some(size) = ext.pax_size.filter(|&s| s != entry.size()) {
+            // GNU tar would skip `size` bytes and this reader the header's, whatever the
+            // member's type: refuse rather than pick one (two parsers disagreeing on where the
+            // next header is is how hostile archives hide members).
+            return Err(damaged(format!(
+                "member {}: its PAX size ({size}) disagrees with its header's ({})",
+                n + 1,
+                entry.size()
+            )));
+        }
         if kind.is_gnu_sparse() && header.as_gnu().is_some_and(|g| g.is_extended()) {
             // Its sparse map continues in extra blocks after the header, which raw entries do
             // not skip: refuse it by name rather than misread what follows.
             return Err(damaged(format!(
                 "member {} (`{}`) is a GNU sparse file with an extended sparse map; shards hold plain files",
                 n + 1,
-                String::from_utf8_lossy(&header.path_bytes()).chars().take(120).collect::<String>()
+                crate::source::shown(&header.path_bytes())
             )));
         }
         if !kind.is_file() {
             continue;
-        }
-        if let Some(size) = ext.pax_size.filter(|&s| s != entry.size()) {
-            // GNU tar would read `size` bytes and this index the header's: refuse rather than
-            // pick one (two parsers disagreeing is how hostile archives hide members).
-            return Err(damaged(format!(
-                "member {}: its PAX size ({size}) disagrees with its header's ({})",
-                n + 1,
-                entry.size()
-            )));
         }
         let name = match ext.long_name.or(ext.pax_path) {
             Some(name) => std::borrow::Cow::Owned(name),

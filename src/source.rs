@@ -751,9 +751,9 @@ fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
 /// Linux's PATH_MAX: no longer path can be opened.
 const MAX_PATH_BYTES: usize = 4096;
 
-/// Bytes from a list line as text for an error message: lossily decoded and cut to about 120
+/// Bytes from a list line (or a tar member name) as text for an error message: lossily decoded and cut to about 120
 /// characters (a binary file or a megabyte-long line would otherwise flood the terminal).
-fn shown(bytes: &[u8]) -> String {
+pub(crate) fn shown(bytes: &[u8]) -> String {
     const KEEP: usize = 120;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(KEEP * 4)]);
     if bytes.len() <= KEEP * 4 && text.chars().count() <= KEEP {

@@ -674,47 +674,65 @@ mod tests {
 
     #[test]
     fn the_large_gate_admits_what_fits_together_in_arrival_order() {
-        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
         use std::sync::Arc;
         let gate = Arc::new(LargeGate::new(100));
-        // Two that fit together are both inside at once.
-        let a = gate.enter(40);
-        let b = gate.enter(60);
-        // A third must wait for room; it gets in once one leaves.
-        let entered = Arc::new(AtomicBool::new(false));
-        let waiter = {
-            let (gate, entered) = (Arc::clone(&gate), Arc::clone(&entered));
-            std::thread::spawn(move || {
-                let _g = gate.enter(50);
-                entered.store(true, SeqCst);
-            })
+        // `bytes` entering on a thread of its own, held until `release` says so.
+        let enter = |bytes: u64| {
+            let (gate, (tx, rx)) = (Arc::clone(&gate), crossbeam_channel::bounded::<()>(0));
+            let (entered_tx, entered) = crossbeam_channel::bounded::<()>(1);
+            let h = std::thread::spawn(move || {
+                let _g = gate.enter(bytes);
+                entered_tx.send(()).unwrap();
+                let _ = rx.recv();
+            });
+            (h, entered, tx)
         };
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(!entered.load(SeqCst), "admitted past the capacity");
-        drop(a);
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(!entered.load(SeqCst), "40 freed is not room for 50");
-        drop(b);
-        waiter.join().unwrap();
-        assert!(entered.load(SeqCst));
-        // One larger than the whole capacity, or claiming it all, runs alone.
+        let inside = |e: &crossbeam_channel::Receiver<()>| {
+            e.recv_timeout(Duration::from_millis(300)).is_ok()
+        };
+        // Two that fit together are both inside at once.
+        let a = enter(40);
+        assert!(inside(&a.1), "40 of 100 not admitted");
+        let b = enter(60);
+        assert!(inside(&b.1), "60 beside 40 not admitted (100 of 100)");
+        // One more must wait for room: 40 freed is not room for 50.
+        let c = enter(50);
+        assert!(!inside(&c.1), "admitted past the capacity");
+        drop(a.2);
+        a.0.join().unwrap();
+        assert!(!inside(&c.1), "50 admitted beside 60");
+        // Arrival order: 10 would fit beside 60, but 50 came first and waits.
+        let d = enter(10);
+        assert!(
+            !inside(&d.1),
+            "a later, smaller decode overtook a waiting one"
+        );
+        drop(b.2);
+        b.0.join().unwrap();
+        assert!(
+            inside(&c.1) && inside(&d.1),
+            "50 then 10 not admitted once 60 left"
+        );
+        drop((c.2, d.2));
+        c.0.join().unwrap();
+        d.0.join().unwrap();
+        // One larger than the whole capacity runs alone, and one claiming it all keeps
+        // everything else out.
         let big = gate.enter(1_000);
         let s = gate.state.lock().unwrap();
         assert_eq!((s.inside, s.used), (1, 1_000));
         drop(s);
         drop(big);
         let alone = gate.enter_alone();
-        let small = {
-            let gate = Arc::clone(&gate);
-            std::thread::spawn(move || drop(gate.enter(1)))
-        };
-        std::thread::sleep(Duration::from_millis(100));
+        let small = enter(1);
         assert!(
-            !small.is_finished(),
+            !inside(&small.1),
             "admitted beside a decode that claims the gate"
         );
         drop(alone);
-        small.join().unwrap();
+        assert!(inside(&small.1));
+        drop(small.2);
+        small.0.join().unwrap();
         let s = gate.state.lock().unwrap();
         assert_eq!((s.inside, s.used), (0, 0));
     }

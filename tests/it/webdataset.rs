@@ -614,6 +614,24 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
         msg.contains("sized.tar") && msg.contains("PAX size (99)"),
         "{msg}"
     );
+    // The same before a member that is not a file: where the next header starts is in doubt.
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_pax_extensions([("size", &b"1024"[..])]).unwrap();
+    let mut h = tar::Header::new_ustar();
+    h.set_path("dir/").unwrap();
+    h.set_size(0);
+    h.set_mode(0o755);
+    h.set_entry_type(tar::EntryType::Directory);
+    h.set_cksum();
+    b.append(&h, &[][..]).unwrap();
+    let mut h = tar::Header::new_ustar();
+    regular(&mut h, jpg.len());
+    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    let sized_dir = write(d, "sized-dir.tar", &b.into_inner().unwrap());
+    let msg = Source::from_tar_shards([&sized_dir])
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("PAX size (1024)"), "{msg}");
 
     // An archive that ends after an extension header, and two long names for one member.
     let mut b = tar::Builder::new(Vec::new());
