@@ -11,7 +11,6 @@
 //! 8-byte end offset and a 4-byte label per entry: about `path length + 12` bytes a sample
 //! (ImageNet's 1.28 million paths of ~40 bytes take about 67 MB).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -267,6 +266,11 @@ impl Source {
     /// A path listed twice with the same label is kept twice (oversampling), with a warning; a
     /// path listed twice with different labels is an error.
     ///
+    /// The list is read a line at a time, never whole: building the source takes the index it
+    /// keeps ([`Source::heap_bytes`]) plus 24 bytes an entry while it runs. A line over 16 KiB
+    /// (a path is at most 4,096 bytes) is an error naming it, read no further than its end; a
+    /// comment that long is skipped.
+    ///
     /// # Errors
     /// [`ErrorKind::Io`](crate::ErrorKind::Io) if the list cannot be read,
     /// [`ErrorKind::List`](crate::ErrorKind::List) naming the line for a malformed line, and
@@ -274,9 +278,12 @@ impl Source {
     pub fn from_list_file(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
         regular_file(path)?;
-        let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let index = parse_list(path, base, &data)?;
+        // Read a line at a time: the list is never held whole.
+        let reader = std::io::BufReader::with_capacity(64 << 10, file);
+        let index = parse_list_from(path, base, reader, len)?;
         Ok(Source::files(index))
     }
 
@@ -644,36 +651,92 @@ pub(crate) fn check_count(index: &FileIndex) -> Result<(), Error> {
 
 /// Parses a list file's bytes (pure core of [`Source::from_list_file`]).
 pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<FileIndex, Error> {
-    let data = data.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(data);
+    parse_list_from(list, base, data, data.len() as u64)
+}
+
+/// The longest list line kept in memory: a path at [`MAX_PATH_BYTES`], its label and room for
+/// spacing. A longer line is refused (or, a comment, skipped) without being held.
+const MAX_LINE_BYTES: usize = 16 << 10;
+
+/// Parses a file list read line by line from `reader`, holding one line at a time, so the
+/// memory it takes is the index it builds plus 24 bytes an entry while it runs (for duplicate
+/// detection), whatever the list's size or content. `size_hint`: the list's length in bytes,
+/// if known (an upper bound of the index's path bytes, reserved up front).
+pub(crate) fn parse_list_from(
+    list: &Path,
+    base: PathBuf,
+    mut reader: impl std::io::BufRead,
+    size_hint: u64,
+) -> Result<FileIndex, Error> {
+    use std::io::{BufRead as _, Read as _};
     let mut index = FileIndex::with_origin(list.to_path_buf(), base);
-    // Duplicate detection: hash of the path -> (entry, line). Freed when parsing ends.
-    let mut seen: HashMap<u64, Vec<(u32, usize)>> = HashMap::new();
-    let mut duplicates = 0u64;
-    for (n, raw) in data.split(|&b| b == b'\n').enumerate() {
-        let line_no = n + 1;
-        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let line = trim(line);
+    // Reserved, not touched: pages are only used as paths are written.
+    let _ = index
+        .bytes
+        .try_reserve(usize::try_from(size_hint).unwrap_or(0));
+    // Per entry, its path's hash and its line: duplicates are found by sorting these after
+    // the last line (24 bytes an entry, freed when parsing ends).
+    let mut keyed: Vec<(u64, u32)> = Vec::new();
+    let mut lines: Vec<u64> = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(256);
+    let mut line_no = 0u64;
+    loop {
+        buf.clear();
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| Error::io(list, e))?;
+        if read == 0 {
+            break;
+        }
+        line_no += 1;
+        if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+            let total =
+                buf.len() as u64 + skip_line(&mut reader).map_err(|e| Error::io(list, e))?;
+            if trim(&buf).first() == Some(&b'#') {
+                continue; // a long comment
+            }
+            let start: String = String::from_utf8_lossy(&buf[..480])
+                .chars()
+                .take(120)
+                .collect();
+            return Err(Error::list(
+                list,
+                line_no as usize,
+                format!(
+                    "the line is {total} bytes long, over the {MAX_LINE_BYTES}-byte limit of list lines (paths are at most {MAX_PATH_BYTES} bytes): `{start}...`"
+                ),
+            ));
+        }
+        let mut raw: &[u8] = &buf;
+        if line_no == 1 {
+            raw = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
+        }
+        let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let line = trim(raw);
         if line.is_empty() || line[0] == b'#' {
             continue;
         }
+        let at = line_no as usize;
         let (path, label) = split_line(line).ok_or_else(|| {
             Error::list(
                 list,
-                line_no,
+                at,
                 format!(
                     "expected `PATH<TAB>LABEL` or `PATH LABEL`, found `{}` (no label)",
                     shown(line)
                 ),
             )
         })?;
-        let label = parse_label(label).map_err(|reason| Error::list(list, line_no, reason))?;
+        let label = parse_label(label).map_err(|reason| Error::list(list, at, reason))?;
         if path.contains(&0) {
-            return Err(Error::list(list, line_no, "the path contains a NUL byte"));
+            return Err(Error::list(list, at, "the path contains a NUL byte"));
         }
         if path.len() > MAX_PATH_BYTES {
             return Err(Error::list(
                 list,
-                line_no,
+                at,
                 format!(
                     "the path is {} bytes long, over the {MAX_PATH_BYTES}-byte limit of paths (`{}`)",
                     path.len(),
@@ -681,34 +744,18 @@ pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<File
                 ),
             ));
         }
-        let h = xxhash_rust::xxh3::xxh3_64(path);
-        let bucket = seen.entry(h).or_default();
-        for &(other, other_line) in bucket.iter() {
-            if index.raw_path(other as usize) == path {
-                if index.label(other as usize) != label {
-                    return Err(Error::list(
-                        list,
-                        line_no,
-                        format!(
-                            "`{}` is listed again with label {label}, but line {other_line} gives it label {}",
-                            shown(path),
-                            index.label(other as usize)
-                        ),
-                    ));
-                }
-                duplicates += 1;
-                break;
-            }
-        }
         if index.len() >= u32::MAX as usize {
-            return Err(Error::list(list, line_no, "more than 2^32-1 entries"));
+            return Err(Error::list(list, at, "more than 2^32-1 entries"));
         }
-        bucket.push((index.len() as u32, line_no));
+        keyed.push((xxhash_rust::xxh3::xxh3_64(path), index.len() as u32));
+        lines.push(line_no);
         index.push(path, label);
     }
+    drop(buf);
     if index.len() == 0 {
         return Err(Error::source(list, "the list has no entries"));
     }
+    let duplicates = check_duplicates(list, &index, keyed, &lines)?;
     if duplicates > 0 {
         log::warn!(
             "{}: {duplicates} path(s) listed more than once; each listing is a sample",
@@ -717,6 +764,80 @@ pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<File
     }
     index.shrink();
     Ok(index)
+}
+
+/// Skips the rest of a line; returns how many bytes it held (not counting its newline).
+fn skip_line(reader: &mut impl std::io::BufRead) -> std::io::Result<u64> {
+    let mut skipped = 0u64;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(skipped);
+        }
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            reader.consume(i + 1);
+            return Ok(skipped + i as u64);
+        }
+        let n = buf.len();
+        reader.consume(n);
+        skipped += n as u64;
+    }
+}
+
+/// Finds paths listed more than once (`keyed`: each entry's path hash and number; `lines`:
+/// each entry's line). The same path with the same label is a duplicate (counted); with
+/// another label it is an error naming the first such line in the file and the path's first
+/// listing.
+fn check_duplicates(
+    list: &Path,
+    index: &FileIndex,
+    mut keyed: Vec<(u64, u32)>,
+    lines: &[u64],
+) -> Result<u64, Error> {
+    keyed.sort_unstable();
+    let mut duplicates = 0u64;
+    // (later entry, its path's first entry) of the earliest conflict.
+    let mut conflict: Option<(u32, u32)> = None;
+    let mut group: Vec<u32> = Vec::new();
+    for same_hash in keyed.chunk_by(|a, b| a.0 == b.0) {
+        if same_hash.len() < 2 {
+            continue;
+        }
+        // By path, then entry: each path's first listing leads its run.
+        group.clear();
+        group.extend(same_hash.iter().map(|k| k.1));
+        group.sort_unstable_by(|&a, &b| {
+            index
+                .raw_path(a as usize)
+                .cmp(index.raw_path(b as usize))
+                .then(a.cmp(&b))
+        });
+        for run in group.chunk_by(|&a, &b| index.raw_path(a as usize) == index.raw_path(b as usize))
+        {
+            let first = run[0];
+            for &later in &run[1..] {
+                if index.label(later as usize) == index.label(first as usize) {
+                    duplicates += 1;
+                } else if conflict.is_none_or(|(c, _)| later < c) {
+                    conflict = Some((later, first));
+                }
+            }
+        }
+    }
+    match conflict {
+        None => Ok(duplicates),
+        Some((later, first)) => Err(Error::list(
+            list,
+            lines[later as usize] as usize,
+            format!(
+                "`{}` is listed again with label {}, but line {} gives it label {}",
+                shown(index.raw_path(later as usize)),
+                index.label(later as usize),
+                lines[first as usize],
+                index.label(first as usize)
+            ),
+        )),
+    }
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {
@@ -839,21 +960,40 @@ mod tests {
 
     #[test]
     fn long_lines_and_binary_lists_give_short_errors() {
-        // A 5 MB path: refused (no path that long can be opened), named by line, and the
-        // message stays short.
+        // A 5 MB path: refused by its line's length, named by line, and the message stays
+        // short.
         let mut list = b"a.jpg 1\n".to_vec();
         list.extend(std::iter::repeat_n(b'p', 5_000_000));
         list.extend_from_slice(b" 2\n");
         let msg = parse(&list).unwrap_err().to_string();
         assert!(
-            msg.starts_with("list.txt:2: the path is 5000000 bytes long"),
+            msg.starts_with(
+                "list.txt:2: the line is 5000002 bytes long, over the 16384-byte limit"
+            ),
             "{msg:.300}"
         );
         assert!(msg.len() < 400, "{} bytes of message", msg.len());
-        // A path at the limit is fine.
+        // A path over the limit on a line under it: the path's own message.
+        let mut list = vec![b'q'; MAX_PATH_BYTES + 1];
+        list.extend_from_slice(b" 0\n");
+        let msg = parse(&list).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("list.txt:1: the path is 4097 bytes long, over the 4096-byte limit"),
+            "{msg:.300}"
+        );
+        // A path at the limit is fine, and so is a line at its limit.
         let mut list = vec![b'q'; MAX_PATH_BYTES];
         list.extend_from_slice(b" 0\n");
         assert_eq!(parse(&list).unwrap().raw_path(0).len(), MAX_PATH_BYTES);
+        let mut list = vec![b'q'; MAX_PATH_BYTES];
+        list.resize(MAX_LINE_BYTES - 2, b' ');
+        list.extend_from_slice(b" 7\nb.jpg 1\n");
+        let idx = parse(&list).unwrap();
+        assert_eq!((idx.len(), idx.label(0), idx.label(1)), (2, 7, 1));
+        let mut list = vec![b'q'; MAX_PATH_BYTES];
+        list.resize(MAX_LINE_BYTES - 1, b' ');
+        list.extend_from_slice(b" 7\n");
+        assert!(parse(&list).is_err());
         // Binary data given as a list: an error about line 1, not a screenful of bytes.
         let binary: Vec<u8> = (0..1_000_000u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -863,13 +1003,50 @@ mod tests {
         assert!(msg.len() < 700, "{} bytes of message", msg.len());
         // Long labels and lines without a label are cut too.
         let mut list = b"a.jpg ".to_vec();
-        list.extend(std::iter::repeat_n(b'x', 100_000));
+        list.extend(std::iter::repeat_n(b'x', 10_000));
         let msg = parse(&list).unwrap_err().to_string();
         assert!(
-            msg.contains("is not an integer") && msg.contains("100000 bytes in all"),
+            msg.contains("is not an integer") && msg.contains("10000 bytes in all"),
             "{msg:.300}"
         );
         assert_eq!(shown("é".repeat(100).as_bytes()), "é".repeat(100));
+    }
+
+    /// A list read through a tiny buffer, so lines and the skipped rest of a long one cross
+    /// buffer boundaries.
+    fn parse_slowly(s: &[u8]) -> Result<FileIndex, Error> {
+        let reader = std::io::BufReader::with_capacity(7, s);
+        parse_list_from(Path::new("list.txt"), PathBuf::from("/data"), reader, 0)
+    }
+
+    #[test]
+    fn lists_are_read_a_line_at_a_time() {
+        let mut list = b"\xEF\xBB\xBFa.jpg\t0\r\n".to_vec();
+        // A long comment is skipped, however long.
+        list.extend_from_slice(b"  # ");
+        list.extend(std::iter::repeat_n(b'c', 100_000));
+        list.extend_from_slice(b"\nsub dir/b c.jpg 12\n\n#x\nlast.png 3");
+        for idx in [parse(&list).unwrap(), parse_slowly(&list).unwrap()] {
+            assert_eq!(idx.len(), 3);
+            assert_eq!(idx.raw_path(0), b"a.jpg");
+            assert_eq!(
+                (idx.raw_path(1), idx.label(1)),
+                (&b"sub dir/b c.jpg"[..], 12)
+            );
+            assert_eq!((idx.raw_path(2), idx.label(2)), (&b"last.png"[..], 3));
+        }
+        // A long line's length is counted to its end, and the next line is not read.
+        let mut list = b"a.jpg 0\n".to_vec();
+        list.extend(std::iter::repeat_n(b'z', 50_000));
+        list.extend_from_slice(b" 1\nthis line is bad\n");
+        let msg = parse_slowly(&list).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("list.txt:2: the line is 50002 bytes long"),
+            "{msg:.200}"
+        );
+        // The byte-order mark is only skipped at the start of the list.
+        let idx = parse(b"a.jpg 0\n\xEF\xBB\xBFb.jpg 1\n").unwrap();
+        assert_eq!(idx.raw_path(1), b"\xEF\xBB\xBFb.jpg");
     }
 
     #[test]
@@ -885,6 +1062,20 @@ mod tests {
         let err = parse(b"a.jpg 1\nb.jpg 0\na.jpg 2\n").unwrap_err();
         assert!(err.to_string().contains("list.txt:3:"), "{err}");
         assert!(err.to_string().contains("line 1"), "{err}");
+        // Several conflicts: the first in the file is reported, against the path's first
+        // listing (not a later duplicate of it).
+        let list = b"z.jpg 5\na.jpg 1\nz.jpg 5\nq.jpg 0\na.jpg 1\nz.jpg 6\na.jpg 9\n";
+        let err = parse(list).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "list.txt:6: `z.jpg` is listed again with label 6, but line 1 gives it label 5"
+            ),
+            "{err}"
+        );
+        // Many listings of one path stay cheap, and all count.
+        let many = b"p.jpg 3\n".repeat(100_000);
+        let idx = parse(&many).unwrap();
+        assert_eq!(idx.len(), 100_000);
     }
 
     #[cfg(unix)]

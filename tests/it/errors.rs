@@ -1190,3 +1190,69 @@ fn issue_6_large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels(
         grew as f64 / 1e6
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn a_file_list_is_read_a_line_at_a_time_in_bounded_memory() {
+    // Reading a list holds one line at a time: building the index of a million entries takes
+    // the index plus 24 bytes an entry (duplicate detection), and a list whose first line is
+    // 64 MB long is refused holding none of it. (Read whole, with a hash map of every path, the
+    // first took the list's bytes plus ~100 bytes an entry on top of the index, and the second
+    // its 64 MB.) Measured in a child process, which finds the lists by the parent's PID.
+    const NAME: &str = "errors::a_file_list_is_read_a_line_at_a_time_in_bounded_memory";
+    const ENTRIES: usize = 1_000_000;
+    let dir_of = |pid: u32| std::env::temp_dir().join(format!("imagefeed-it-lists-{pid}"));
+    if std::env::var("IMAGEFEED_IT_CHILD").as_deref() != Ok(NAME) {
+        let dir = dir_of(std::process::id());
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut list = String::with_capacity(ENTRIES * 40);
+        for i in 0..ENTRIES {
+            let class = i % 1000;
+            list.push_str(&format!("n{class:08}/n{class:08}_{i}.JPEG\t{class}\n"));
+        }
+        std::fs::write(dir.join("big.txt"), list).unwrap();
+        let mut long = vec![b'x'; 64 << 20];
+        long.extend_from_slice(b" 1\nok.jpg 0\n");
+        std::fs::write(dir.join("long.txt"), long).unwrap();
+        let passed = std::panic::catch_unwind(|| common::runs_in_child(NAME));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!passed.unwrap());
+        return;
+    }
+    let dir = dir_of(std::os::unix::process::parent_id());
+    let peak = || imagefeed::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let before = peak();
+    let err = Source::from_list_file(dir.join("long.txt")).expect_err("a 64 MB line");
+    let grew = peak().saturating_sub(before);
+    println!("64 MB line: peak RSS grew {:.1} MB", grew as f64 / 1e6);
+    assert!(
+        err.to_string()
+            .contains("long.txt:1: the line is 67108866 bytes long"),
+        "{err}"
+    );
+    assert!(
+        grew < 8_000_000,
+        "peak RSS grew {:.1} MB",
+        grew as f64 / 1e6
+    );
+    let before = peak();
+    let source = Source::from_list_file(dir.join("big.txt")).unwrap();
+    let grew = peak().saturating_sub(before);
+    let index = source.heap_bytes();
+    println!(
+        "{ENTRIES} entries: peak RSS grew {:.1} MB, the index holds {:.1} MB",
+        grew as f64 / 1e6,
+        index as f64 / 1e6
+    );
+    assert_eq!(source.len(), ENTRIES);
+    assert_eq!(
+        source.label(ENTRIES - 1),
+        Some(((ENTRIES - 1) % 1000) as u32)
+    );
+    assert!(
+        grew < index + 24 * ENTRIES as u64 + 16_000_000,
+        "peak RSS grew {:.1} MB for a {:.1} MB index",
+        grew as f64 / 1e6,
+        index as f64 / 1e6
+    );
+}
