@@ -827,10 +827,17 @@ pub(crate) fn open_remote(
         );
     }
     if key.to_ascii_lowercase().ends_with(".txt") {
-        let data = store.get(&key, 1 << 30)?;
         let parent = parent_key(&key);
-        let index =
-            crate::source::parse_list(Path::new(url), PathBuf::from(store.url_of(&parent)), &data)?;
+        let (list, base) = (Path::new(url), PathBuf::from(store.url_of(&parent)));
+        // Streamed and parsed a line at a time, as a local list is.
+        let (size, _) = store.head(&key)?;
+        let index = if size == 0 {
+            crate::source::parse_list(list, base, &[])?
+        } else {
+            let reader = store.range_reader(&key, 0, size)?;
+            let reader = std::io::BufReader::with_capacity(64 << 10, reader);
+            crate::source::parse_list_from(list, base, reader, size)?
+        };
         let stamps = vec![(0, 0); index.len()];
         return Ok(Source {
             index,

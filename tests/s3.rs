@@ -294,6 +294,12 @@ fn upload_fixtures(s: &Server) {
     }
     list.push_str("cat/missing.jpg\t0\n");
     put("classes/files.txt", list.as_bytes());
+    // Lists read as streams: one whose second line is 1 MB long, and an empty one.
+    let mut long = b"cat/a.jpg 0\n".to_vec();
+    long.extend(std::iter::repeat_n(b'y', 1 << 20));
+    long.extend_from_slice(b" 1\n");
+    put("lists/long.txt", &long);
+    put("lists/empty.txt", b"");
     let dir = tempfile::tempdir().unwrap();
     let written = write_shards(&local, dir.path().join("a"), 4, Some(1)).unwrap();
     for shard in &written.shards {
@@ -478,6 +484,15 @@ fn issue_7_s3_list_file_and_a_missing_object_named_in_the_error() {
     assert!(Source::from_url_with("s3://imagefeed/nothing-here", quick()).is_err());
     let e = Source::from_url_with("s3://no-such-bucket/x", quick()).unwrap_err();
     assert!(e.to_string().contains("s3://no-such-bucket"), "{e}");
+    // Lists are parsed as they stream in: a line too long names the object and the line.
+    let e = Source::from_url_with("s3://imagefeed/lists/long.txt", quick()).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("s3://imagefeed/lists/long.txt:2: the line is 1048578 bytes long"),
+        "{e}"
+    );
+    let e = Source::from_url_with("s3://imagefeed/lists/empty.txt", quick()).unwrap_err();
+    assert!(e.to_string().contains("the list has no entries"), "{e}");
 }
 
 #[test]
