@@ -231,6 +231,8 @@ fn make_image(photos: &[Photo], label: u32, rng: &mut Rng) -> Result<(Vec<u8>, u
     Ok((jpeg, u64::from(w) * u64::from(h)))
 }
 
+// Without libjpeg-turbo the corpus cannot be encoded, and the colour settings go unread.
+#[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Color { subsampling: u32, progressive: bool },

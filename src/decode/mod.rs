@@ -605,6 +605,8 @@ fn expand(src: &[u8], dst: &mut [u8], bpp: usize, f: impl Fn(&[u8]) -> [u8; 3]) 
 
 /// CMYK to RGB the way Pillow and most viewers do it without a colour profile. Adobe files
 /// store inverted CMYK (255 = no ink).
+// Only the libjpeg-turbo path converts CMYK here.
+#[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
 pub(crate) fn cmyk_to_rgb(src: &[u8], dst: &mut [u8], adobe_inverted: bool) {
     for (s, d) in src.chunks_exact(4).zip(dst.chunks_exact_mut(3)) {
         let (c, m, y, k) = if adobe_inverted {

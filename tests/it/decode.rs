@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use imagefeed::{Dtype, JpegDecoder, Loader, ResizeMode};
+#[cfg(feature = "turbojpeg")]
+use imagefeed::{Dtype, Loader};
+use imagefeed::{JpegDecoder, ResizeMode};
 
 use crate::common::{self, mean_abs_diff, psnr};
 
