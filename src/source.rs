@@ -264,7 +264,8 @@ impl Source {
     /// folder unless absolute. Blank lines and lines starting with `#` are ignored; CRLF line
     /// ends and a UTF-8 byte-order mark are accepted; paths may hold any bytes but NUL.
     /// A path listed twice with the same label is kept twice (oversampling), with a warning; a
-    /// path listed twice with different labels is an error.
+    /// path listed twice with different labels is an error. A line with a third
+    /// tab-separated field (`a.jpg<TAB>3<TAB>7`) is an error, not a path `a.jpg<TAB>3`.
     ///
     /// The list is read a line at a time, never whole: building the source takes the index it
     /// keeps ([`Source::heap_bytes`]) plus 24 bytes an entry while it runs. A line over 16 KiB
@@ -730,6 +731,21 @@ pub(crate) fn parse_list_from(
             )
         })?;
         let label = parse_label(label).map_err(|reason| Error::list(list, at, reason))?;
+        // `a.jpg<TAB>3<TAB>7`: a list with more columns than PATH and LABEL, whose path would
+        // otherwise be `a.jpg<TAB>3` and fail to open far from here.
+        if let Some(tab) = path.iter().rposition(|&b| b == b'\t') {
+            let field = trim(&path[tab + 1..]);
+            if !field.is_empty() && parse_label(field).is_ok() {
+                return Err(Error::list(
+                    list,
+                    at,
+                    format!(
+                        "more than two tab-separated fields (`{}`): expected `PATH<TAB>LABEL`",
+                        shown(line)
+                    ),
+                ));
+            }
+        }
         if path.contains(&0) {
             return Err(Error::list(list, at, "the path contains a NUL byte"));
         }
@@ -930,6 +946,16 @@ mod tests {
         assert_eq!(idx.label(1), 4);
         assert_eq!(idx.path(0), PathBuf::from("/data/a.jpg"));
         assert_eq!(idx.path(2), PathBuf::from("/abs/d.png"));
+        // A third column is an error at its line, not a path `a.jpg<TAB>3` that fails to
+        // open later; a tab inside a file name is still a path.
+        let err = parse(b"a.jpg\t3\nb.jpg\t3\nc.jpg\t1\t7\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("list.txt:3: more than two tab-separated fields"),
+            "{msg}"
+        );
+        let idx = parse(b"odd\tname.jpg\t2\n").unwrap();
+        assert_eq!((idx.raw_path(0), idx.label(0)), (&b"odd\tname.jpg"[..], 2));
     }
 
     #[test]
