@@ -545,6 +545,12 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
         h.set_mode(0o644);
         h.set_entry_type(tar::EntryType::Regular);
     };
+    // The photo as a plain member `a.jpg`.
+    let append_jpg = |b: &mut tar::Builder<Vec<u8>>| {
+        let mut h = tar::Header::new_ustar();
+        regular(&mut h, jpg.len());
+        b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    };
     // Long names written the two usual ways, each with a label: a GNU long-name header (GNU
     // tar, the `tar` crate) and a PAX `path` record (POSIX pax, Python's tarfile), whose
     // member header holds a truncated name.
@@ -605,9 +611,7 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
     // A PAX size that disagrees with the member's header: refused, not guessed.
     let mut b = tar::Builder::new(Vec::new());
     b.append_pax_extensions([("size", &b"99"[..])]).unwrap();
-    let mut h = tar::Header::new_ustar();
-    regular(&mut h, jpg.len());
-    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    append_jpg(&mut b);
     let sized = write(d, "sized.tar", &b.into_inner().unwrap());
     let msg = Source::from_tar_shards([&sized]).unwrap_err().to_string();
     assert!(
@@ -624,9 +628,7 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
     h.set_entry_type(tar::EntryType::Directory);
     h.set_cksum();
     b.append(&h, &[][..]).unwrap();
-    let mut h = tar::Header::new_ustar();
-    regular(&mut h, jpg.len());
-    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    append_jpg(&mut b);
     let sized_dir = write(d, "sized-dir.tar", &b.into_inner().unwrap());
     let msg = Source::from_tar_shards([&sized_dir])
         .unwrap_err()
@@ -635,9 +637,7 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
 
     // An archive that ends after an extension header, and two long names for one member.
     let mut b = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_ustar();
-    regular(&mut h, jpg.len());
-    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    append_jpg(&mut b);
     b.append_pax_extensions([("path", &b"b.jpg"[..])]).unwrap();
     let cut = write(d, "cut.tar", &b.into_inner().unwrap());
     let msg = Source::from_tar_shards([&cut]).unwrap_err().to_string();
@@ -648,9 +648,7 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
     let mut b = tar::Builder::new(Vec::new());
     b.append_pax_extensions([("path", &b"b.jpg"[..])]).unwrap();
     b.append_pax_extensions([("path", &b"c.jpg"[..])]).unwrap();
-    let mut h = tar::Header::new_ustar();
-    regular(&mut h, jpg.len());
-    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    append_jpg(&mut b);
     let twice = write(d, "twice-named.tar", &b.into_inner().unwrap());
     let msg = Source::from_tar_shards([&twice]).unwrap_err().to_string();
     assert!(msg.contains("two PAX headers"), "{msg}");
@@ -658,9 +656,7 @@ fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
     // A GNU sparse member whose map continues past its header (`tar --sparse`, many holes):
     // its extra blocks would be misread as the next header, so it is refused by name.
     let mut b = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_ustar();
-    regular(&mut h, jpg.len());
-    b.append_data(&mut h, "a.jpg", &jpg[..]).unwrap();
+    append_jpg(&mut b);
     let mut h = tar::Header::new_gnu();
     h.set_path("holes.bin").unwrap();
     h.set_size(512);
