@@ -528,9 +528,17 @@ impl Decoder {
         // reads the header, before any size check: bound what it may allocate to two rows
         // (16-bit RGBA) plus PNG_METADATA_BYTES, so a 1 MB file holding a 1 GB profile cannot
         // make it allocate 1 GB. (It drops a profile over the bound and decodes the image.)
-        let width = bytes.get(16..20).map_or(0, |b| {
-            u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        });
+        let be32 = |at: usize| {
+            bytes
+                .get(at..at + 4)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        // Refuse an oversized image from its IHDR, before the png crate sees it (its own
+        // limits would report a huge width as too much metadata).
+        if bytes.get(12..16) == Some(b"IHDR".as_slice()) {
+            self.check_pixels(path, be32(16), be32(20))?;
+        }
+        let width = u64::from(be32(16));
         let mut header_limits = image::Limits::default();
         header_limits.max_alloc = Some(PNG_METADATA_BYTES + 2 * (width * 8 + 1));
         let mut dec =
