@@ -147,6 +147,7 @@ pub(crate) struct Config {
     pub(crate) apply_exif: bool,
     pub(crate) check_extension: bool,
     pub(crate) dct_scaling: bool,
+    pub(crate) accept_jpeg_warnings: bool,
     pub(crate) jpeg_decoder: JpegDecoder,
     pub(crate) host_memory_limit: Option<u64>,
     pub(crate) cache: Option<PathBuf>,
@@ -188,6 +189,7 @@ impl Default for Config {
             apply_exif: true,
             check_extension: true,
             dct_scaling: true,
+            accept_jpeg_warnings: false,
             jpeg_decoder: JpegDecoder::Auto,
             host_memory_limit: None,
             cache: None,
@@ -221,6 +223,7 @@ impl Config {
             apply_exif: self.apply_exif,
             check_extension: self.check_extension,
             dct_scaling: self.dct_scaling,
+            accept_jpeg_warnings: self.accept_jpeg_warnings,
             jpeg_decoder: self.jpeg_decoder,
         }
     }
@@ -566,6 +569,22 @@ impl LoaderBuilder {
     /// size on both axes (default `true`; needs the `turbojpeg` feature).
     pub fn dct_scaling(mut self, on: bool) -> Self {
         self.cfg.dct_scaling = on;
+        self
+    }
+
+    /// Deliver JPEGs that libjpeg-turbo decodes to the end while warning that their
+    /// entropy-coded data is damaged ("Corrupt JPEG data: N extraneous bytes before marker
+    /// 0xd9", "bad Huffman code", "premature end of data segment"), as Pillow and tf.data do,
+    /// logging each warning with the file's name. Default `false`: such a file is an error
+    /// naming the file and the warning. Real datasets hold a few of them (images padded before
+    /// their end marker by some cameras and editors, which decode intact), but so does data
+    /// damaged in storage, whose pixels may be partly wrong.
+    ///
+    /// Either way a truncated file ("Premature end of JPEG file") is an error, and warnings
+    /// about metadata the decoder ignores (an unknown JFIF version, a malformed ICC profile
+    /// segment) are not errors.
+    pub fn accept_jpeg_warnings(mut self, on: bool) -> Self {
+        self.cfg.accept_jpeg_warnings = on;
         self
     }
 

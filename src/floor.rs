@@ -63,6 +63,7 @@ pub fn decode_floor(
         apply_exif: true,
         check_extension: true,
         dct_scaling: scaled,
+        accept_jpeg_warnings: false,
         jpeg_decoder: decoder,
     };
     let geom = Geometry {
@@ -203,6 +204,7 @@ fn compare(
         apply_exif: true,
         check_extension: true,
         dct_scaling: dct,
+        accept_jpeg_warnings: false,
         jpeg_decoder: JpegDecoder::Auto,
     };
     let geom = |filter| Geometry {

@@ -10,13 +10,15 @@ use crate::transform::{
 };
 
 /// Decodes `bytes` (named `name`, whose extension matters), resizes to `size`×`size`, orients
-/// and normalizes to f32 NCHW, with a small `max_pixels`. Returns whether it decoded.
+/// and normalizes to f32 NCHW, with a small `max_pixels`. Odd sizes deliver JPEGs with
+/// damaged data (`accept_jpeg_warnings`). Returns whether it decoded.
 pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool {
     let settings = DecodeSettings {
         max_pixels: 16_000_000,
         apply_exif: true,
         check_extension: true,
         dct_scaling: true,
+        accept_jpeg_warnings: size % 2 == 1,
         jpeg_decoder: if zune {
             JpegDecoder::Zune
         } else {
@@ -118,6 +120,7 @@ impl BenchDecoder {
                 apply_exif: true,
                 check_extension: false,
                 dct_scaling: dct,
+                accept_jpeg_warnings: false,
                 jpeg_decoder: if zune {
                     JpegDecoder::Zune
                 } else {

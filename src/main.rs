@@ -151,6 +151,11 @@ struct BenchArgs {
     /// Images over this many pixels are refused.
     #[arg(long)]
     max_pixels: Option<u64>,
+    /// Deliver JPEGs that libjpeg-turbo decodes to the end while warning that their data is
+    /// damaged or padded ("Corrupt JPEG data: ..."), as Pillow and tf.data do, logging each;
+    /// by default they are errors. Truncated files are errors either way.
+    #[arg(long)]
+    accept_jpeg_warnings: bool,
     /// Fail before running if the memory budget exceeds this many bytes (suffixes K, M, G, T:
     /// powers of 1024) [default: the machine's or container's memory].
     #[arg(long, value_parser = parse_bytes)]
@@ -514,6 +519,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .seed(a.seed)
         .jpeg_decoder(a.decoder.get())
         .resize_filter(a.filter.get())
+        .accept_jpeg_warnings(a.accept_jpeg_warnings)
         .device(parse_device(&a.device)?);
     if let Some(p) = a.max_pixels {
         builder = builder.max_pixels(p);

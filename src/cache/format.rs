@@ -3,7 +3,8 @@
 //! ```text
 //! header (HEADER_LEN = 4096 bytes)
 //!   magic "IMGFEED\0" | version u32 | header_len u32 | height u32 | width u32 | channels u32
-//!   | dtype u8 (0 = u8) | resize mode u8 | EXIF u8 | DCT scaling u8 | decoder u8 | ext check u8
+//!   | dtype u8 (0 = u8) | resize mode u8 | EXIF u8 | DCT scaling u8 | decoder u8
+//!   | decode flags u8 (bit 0 extension check, bit 1 accept JPEG warnings)
 //!   | resize filter u8 | resampler u8 | max_pixels u64 | count u64 | record_len u64 | source fingerprint [u8; 16]
 //!   | header checksum u64 (xxh3 of the bytes before it), zero padding to 4096
 //! record i (for dataset index i) at HEADER_LEN + i * record_len
@@ -45,7 +46,8 @@ pub(crate) struct Header {
     pub(crate) apply_exif: u8,
     pub(crate) dct_scaling: u8,
     pub(crate) decoder: u8,
-    pub(crate) check_extension: u8,
+    /// Decode flags: bit 0 `check_extension`, bit 1 `accept_jpeg_warnings`.
+    pub(crate) decode_flags: u8,
     /// The resize filter ([`ResizeFilter`](crate::ResizeFilter) as a number).
     pub(crate) resize_filter: u8,
     /// The version of the resize code that made the samples
@@ -91,7 +93,7 @@ impl Header {
             self.apply_exif,
             self.dct_scaling,
             self.decoder,
-            self.check_extension,
+            self.decode_flags,
             self.resize_filter,
             self.resampler,
         ]);
@@ -135,7 +137,7 @@ impl Header {
             apply_exif: b[30],
             dct_scaling: b[31],
             decoder: b[32],
-            check_extension: b[33],
+            decode_flags: b[33],
             resize_filter: b[34],
             resampler: b[35],
             max_pixels: u64_at(36),
@@ -308,7 +310,7 @@ mod tests {
             apply_exif: 1,
             dct_scaling: 1,
             decoder: 0,
-            check_extension: 1,
+            decode_flags: 1,
             resize_filter: 0,
             resampler: 1,
             max_pixels: 1000,

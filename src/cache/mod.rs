@@ -171,7 +171,9 @@ impl Cache {
             apply_exif: u8::from(cfg.apply_exif),
             dct_scaling: u8::from(cfg.dct_scaling),
             decoder: cfg.jpeg_decoder as u8,
-            check_extension: u8::from(cfg.check_extension),
+            // Bit 0: check_extension; bit 1: accept_jpeg_warnings (which decides which
+            // samples are recorded as failures). Caches written before bit 1 read as 0 or 1.
+            decode_flags: u8::from(cfg.check_extension) | (u8::from(cfg.accept_jpeg_warnings) << 1),
             resize_filter: cfg.resize_filter as u8,
             resampler: crate::transform::RESAMPLER_VERSION,
             max_pixels: cfg.max_pixels,
@@ -230,7 +232,7 @@ impl Cache {
                 found.resampler, want.resampler
             )
         } else {
-            "stale: made with other transform settings (resize mode or filter, EXIF, decoder, max_pixels)"
+            "stale: made with other transform settings (resize mode or filter, EXIF, decoder, extension check, accept_jpeg_warnings, max_pixels)"
                 .into()
         }
     }

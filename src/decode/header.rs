@@ -174,6 +174,27 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
     }
 }
 
+/// A copy of the JPEG `b` without its marker segments whose codes are in `codes` (before the
+/// first scan). Where the segments stop parsing (fill bytes, garbage, a bad length) the rest is
+/// copied as it is.
+pub(crate) fn without_segments(b: &[u8], codes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut pos = 2.min(b.len());
+    out.extend_from_slice(&b[..pos]);
+    while let Some(&[0xFF, code, l0, l1]) = b.get(pos..pos + 4) {
+        let end = pos + 2 + usize::from(u16::from_be_bytes([l0, l1]));
+        if !(0xC0..=0xFE).contains(&code) || code == 0xDA || end < pos + 4 || end > b.len() {
+            break;
+        }
+        if !codes.contains(&code) {
+            out.extend_from_slice(&b[pos..end]);
+        }
+        pos = end;
+    }
+    out.extend_from_slice(&b[pos..]);
+    out
+}
+
 /// True if an EOI marker (FF D9) follows the first scan of a JPEG whose scan header starts
 /// at `scan_offset`. In entropy-coded data a 0xFF is always followed by 0x00 (stuffing), a
 /// restart marker or another marker, so a file cut anywhere after its headers has none.
@@ -265,6 +286,37 @@ mod tests {
         );
         let i = jpeg_info(&sof(65000, 65000, 3, 0xC2)).unwrap();
         assert_eq!((i.width, i.height, i.progressive), (65000, 65000, true));
+    }
+
+    #[test]
+    fn without_segments_drops_the_listed_segments_before_the_scan() {
+        let full = sof(10, 10, 3, 0xC0);
+        let app = |code: u8, body: &[u8]| {
+            let mut v = vec![0xFF, code, 0, body.len() as u8 + 2];
+            v.extend_from_slice(body);
+            v
+        };
+        // SOI, APP0, APP2, APP1, then the frame header and the scan (with an APP2-like byte
+        // pair in its data, which stays).
+        let mut j = full[..2].to_vec();
+        j.extend(app(0xE0, b"JFIF\0\x02\x01"));
+        j.extend(app(0xE2, b"ICC_PROFILE\0"));
+        j.extend(app(0xE1, b"Exif\0\0"));
+        j.extend_from_slice(&full[2..]);
+        j.extend_from_slice(&[0x12, 0xFF, 0xE2, 0x34, 0xFF, 0xD9]);
+        let mut want = full[..2].to_vec();
+        want.extend(app(0xE1, b"Exif\0\0"));
+        want.extend_from_slice(&full[2..]);
+        want.extend_from_slice(&[0x12, 0xFF, 0xE2, 0x34, 0xFF, 0xD9]);
+        assert_eq!(without_segments(&j, &[0xE0, 0xE2]), want);
+        assert_eq!(without_segments(&j, &[]), j);
+        // Cut anywhere, or with a length running past the end: no panic, nothing added.
+        for n in 0..j.len() {
+            assert!(without_segments(&j[..n], &[0xE0, 0xE2]).len() <= n);
+        }
+        let mut bad = j.clone();
+        bad[5] = 0xF0;
+        assert_eq!(without_segments(&bad, &[0xE0]), bad);
     }
 
     #[test]

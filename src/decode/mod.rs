@@ -68,6 +68,9 @@ pub(crate) struct DecodeSettings {
     pub(crate) check_extension: bool,
     pub(crate) dct_scaling: bool,
     pub(crate) jpeg_decoder: JpegDecoder,
+    /// Deliver JPEGs whose entropy-coded data libjpeg-turbo reports as damaged but decodes to
+    /// the end ([`TurboWarning::Data`]); truncated files stay errors.
+    pub(crate) accept_jpeg_warnings: bool,
 }
 
 impl DecodeSettings {
@@ -438,17 +441,58 @@ impl Decoder {
         if target.len() < len {
             target.resize(len, 0);
         }
-        let image = Image {
-            pixels: &mut target[..len],
-            width: w,
-            pitch: w * bpp,
-            height: h,
-            format,
+        let mut run = |data: &[u8]| {
+            let image = Image {
+                pixels: &mut target[..len],
+                width: w,
+                pitch: w * bpp,
+                height: h,
+                format,
+            };
+            tj.decompress(data, image)
         };
-        // libjpeg-turbo reports warnings (premature end of data, corrupt Huffman data,
-        // extraneous bytes before a marker) as failures after finishing the image. Every one of
-        // them means the entropy-coded data is damaged, so all are errors here.
-        tj.decompress(bytes, image).map_err(tj_err)?;
+        // libjpeg-turbo reports a warning as a failure after finishing the image, with the
+        // text of the first warning only (see `TurboWarning`).
+        let mut result = run(bytes);
+        if let Err(turbojpeg::Error::TurboJpegError(msg)) = &result {
+            if turbo_warning(msg) == Some(TurboWarning::Metadata) {
+                // The first warning was about metadata: decode again without the JFIF and ICC
+                // segments (the pixels do not depend on them), so a later warning about the
+                // image data is not hidden behind it.
+                log::debug!("{}: libjpeg-turbo: {msg} (ignored)", path.display());
+                result = run(&header::without_segments(bytes, &[0xE0, 0xE2]));
+            }
+        }
+        match result {
+            Ok(()) => {}
+            Err(turbojpeg::Error::TurboJpegError(msg)) => match turbo_warning(&msg) {
+                Some(TurboWarning::Metadata) => {}
+                Some(TurboWarning::Data) if self.settings.accept_jpeg_warnings => {
+                    log::warn!(
+                        "{}: libjpeg-turbo: {msg}; delivered anyway (accept_jpeg_warnings)",
+                        path.display()
+                    );
+                }
+                Some(TurboWarning::Data) => {
+                    return Err(fail(
+                        path,
+                        format!(
+                            "libjpeg-turbo: {msg} (the image decoded to its end, but its data \
+                             is damaged or padded; accept_jpeg_warnings(true) delivers such \
+                             images, as Pillow and tf.data do)"
+                        ),
+                    ))
+                }
+                None if msg.contains("Premature end of JPEG file") => {
+                    return Err(fail(
+                        path,
+                        format!("libjpeg-turbo: {msg} (the file is cut short: truncated)"),
+                    ))
+                }
+                None => return Err(fail(path, format!("libjpeg-turbo: {msg}"))),
+            },
+            Err(e) => return Err(tj_err(e)),
+        }
         if cmyk {
             if self.rgb.len() < w * h * 3 {
                 self.rgb.resize(w * h * 3, 0);
@@ -483,7 +527,7 @@ impl Decoder {
         use zune_core::colorspace::ColorSpace;
         use zune_core::options::DecoderOptions;
         let opts = DecoderOptions::default()
-            .set_strict_mode(true)
+            .set_strict_mode(!self.settings.accept_jpeg_warnings)
             .jpeg_set_out_colorspace(ColorSpace::RGB)
             .jpeg_set_max_scans(JPEG_SCAN_LIMIT as usize)
             .set_max_width(info.width as usize)
@@ -598,6 +642,49 @@ impl Decoder {
             height: h,
             orientation,
         })
+    }
+}
+
+/// What a libjpeg-turbo warning says about an image it decoded to the end.
+///
+/// libjpeg-turbo goes on after a warning and reports it once the image is done, as a failure
+/// carrying the text of the first warning only. Some warnings concern metadata it ignores;
+/// the others mean the entropy-coded data did not parse as written, so some pixels may be
+/// wrong (or, for bytes before the end marker, that the file was padded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurboWarning {
+    /// An unknown JFIF version or a malformed ICC profile segment: the pixels are intact.
+    Metadata,
+    /// Damaged or padded image data ("Corrupt JPEG data: ...").
+    Data,
+}
+
+/// Classifies a libjpeg-turbo message; `None` for an error, and for "Premature end of JPEG
+/// file" (a truncated file: its missing part would be filled in grey).
+#[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
+fn turbo_warning(msg: &str) -> Option<TurboWarning> {
+    // libjpeg-turbo's JWRN_JFIF_MAJOR and JWRN_BOGUS_ICC.
+    const METADATA: [&str; 2] = [
+        "unknown JFIF revision number",
+        "Corrupt JPEG data: bad ICC marker",
+    ];
+    // JWRN_EXTRANEOUS_DATA, JWRN_HIT_MARKER, JWRN_HUFF_BAD_CODE, JWRN_ARITH_BAD_CODE,
+    // JWRN_MUST_RESYNC, JWRN_BOGUS_PROGRESSION, JWRN_NOT_SEQUENTIAL.
+    const DATA: [&str; 7] = [
+        "extraneous bytes before marker",
+        "Corrupt JPEG data: premature end of data segment",
+        "Corrupt JPEG data: bad Huffman code",
+        "Corrupt JPEG data: bad arithmetic code",
+        "instead of RST",
+        "Inconsistent progression sequence",
+        "Invalid SOS parameters for sequential JPEG",
+    ];
+    if METADATA.iter().any(|m| msg.contains(m)) {
+        Some(TurboWarning::Metadata)
+    } else if DATA.iter().any(|m| msg.contains(m)) {
+        Some(TurboWarning::Data)
+    } else {
+        None
     }
 }
 
@@ -765,6 +852,7 @@ mod tests {
             check_extension: true,
             dct_scaling: true,
             jpeg_decoder: JpegDecoder::Auto,
+            accept_jpeg_warnings: false,
         };
         let mut d = Decoder::new(settings);
         let gate = LargeGate::default();
@@ -777,6 +865,33 @@ mod tests {
             .load_file(Path::new("/dev/zero"), &geom, &gate, &mut out)
             .unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn libjpeg_warnings_are_sorted_by_what_they_say_about_the_pixels() {
+        use TurboWarning::{Data, Metadata};
+        for (msg, want) in [
+            ("Warning: unknown JFIF revision number 2.01", Some(Metadata)),
+            ("Corrupt JPEG data: bad ICC marker", Some(Metadata)),
+            (
+                "Corrupt JPEG data: 95 extraneous bytes before marker 0xd9",
+                Some(Data),
+            ),
+            (
+                "Corrupt JPEG data: premature end of data segment",
+                Some(Data),
+            ),
+            ("Corrupt JPEG data: bad Huffman code", Some(Data)),
+            (
+                "Corrupt JPEG data: found marker 0xd9 instead of RST3",
+                Some(Data),
+            ),
+            ("Premature end of JPEG file", None),
+            ("Quantization table 0x07 was not defined", None),
+            ("Bogus marker length", None),
+        ] {
+            assert_eq!(turbo_warning(msg), want, "{msg}");
+        }
     }
 
     #[test]

@@ -1276,3 +1276,58 @@ fn a_file_list_is_read_a_line_at_a_time_in_bounded_memory() {
         index as f64 / 1e6
     );
 }
+
+/// libjpeg-turbo finishes an image after a warning and reports the first one. A warning about
+/// metadata it ignores is not an error; damaged or padded image data is an error naming the
+/// file unless `accept_jpeg_warnings(true)`, also when it comes after a metadata warning; a
+/// truncated file is an error either way.
+#[cfg(feature = "turbojpeg")]
+#[test]
+fn jpeg_warnings_about_metadata_pass_and_damaged_data_is_named_unless_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = common::testdata("valid/baseline_420.jpg");
+    let orig = std::fs::read(&base).unwrap();
+    let clean = common::load_one(&base, |b| b).unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    // JFIF version 2.01 (libjpeg-turbo knows 1.x only).
+    assert_eq!(&orig[6..11], b"JFIF\0");
+    let mut jfif2 = orig.clone();
+    jfif2[11] = 2;
+    // An ICC segment numbered 0 of 1 (libjpeg-turbo: "bad ICC marker").
+    let icc: Vec<u8> = [&b"ICC_PROFILE\0"[..], &[0, 1], &[0; 20]].concat();
+    let mut bad_icc = orig[..2].to_vec();
+    bad_icc.extend_from_slice(&[0xFF, 0xE2, 0, (icc.len() + 2) as u8]);
+    bad_icc.extend_from_slice(&icc);
+    bad_icc.extend_from_slice(&orig[2..]);
+    // 100 zero bytes before the end marker, as some cameras write.
+    let pad = |j: &[u8]| [&j[..j.len() - 2], &[0; 100], &[0xFF, 0xD9]].concat();
+    assert_eq!(&orig[orig.len() - 2..], [0xFF, 0xD9]);
+    for (name, bytes) in [("jfif_2.jpg", &jfif2), ("bad_icc.jpg", &bad_icc)] {
+        let p = write(name, bytes);
+        assert_eq!(common::load_one(&p, |b| b).unwrap(), clean, "{name}");
+    }
+    for (name, bytes) in [
+        ("padded.jpg", pad(&orig)),
+        ("jfif_2_padded.jpg", pad(&jfif2)),
+    ] {
+        let p = write(name, &bytes);
+        let e = expect_file_error(&p, |b| b);
+        let msg = e.to_string();
+        assert!(msg.contains("extraneous bytes before marker 0xd9"), "{msg}");
+        assert!(msg.contains("accept_jpeg_warnings"), "{msg}");
+        let px = common::load_one(&p, |b| b.accept_jpeg_warnings(true)).unwrap();
+        assert_eq!(px, clean, "{name}");
+    }
+    let cut = write("cut.jpg", &orig[..orig.len() * 3 / 4]);
+    for accept in [false, true] {
+        let e = expect_file_error(&cut, move |b| b.accept_jpeg_warnings(accept));
+        assert!(
+            contains_ci(&e.to_string(), "premature end of JPEG file"),
+            "{e}"
+        );
+    }
+}
