@@ -176,7 +176,9 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
 
 /// A copy of the JPEG `b` without its marker segments whose codes are in `codes` (before the
 /// first scan). Where the segments stop parsing (fill bytes, garbage, a bad length) the rest is
-/// copied as it is.
+/// copied as it is. Used by the libjpeg-turbo path only (the pure-Rust decoder does not fail on
+/// metadata warnings).
+#[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
 pub(crate) fn without_segments(b: &[u8], codes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut pos = 2.min(b.len());
