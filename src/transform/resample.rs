@@ -10,6 +10,11 @@
 //!   wide, short image), so the scratch never outgrows one of them.
 //! - **Weights kept between images.** They depend only on the source length, the output length
 //!   and the crop, and consecutive images in a dataset mostly share sizes.
+//! - **A planar horizontal pass.** With AVX2, each row of the intermediate is split into its
+//!   three colour planes, filtered plane by plane with the taps of several outputs gathered by
+//!   one `pshufb` (see [`Planar`]), and interleaved again on the way out: 11.4 instead of 16.1
+//!   instructions an output pixel for 250×188 → 160×160 (callgrind), where interleaved RGB left a
+//!   quarter of every `madd` unused. Windows over 8 pixels use the interleaved kernel.
 //! - **AVX2 kernels picked at run time**, and a portable kernel computing the same integers
 //!   (the tests check them equal on random images and sizes).
 //!
@@ -33,11 +38,16 @@ const MAX_CACHED_TAPS_BYTES: usize = 64 << 10;
 /// Row offsets (one per vertical tap) kept between images; more (a huge downscale) are freed.
 const RETAIN_OFFSETS: usize = 1024;
 
-/// The most a [`Resampler`] holds between images: its intermediate image, cached taps and row
-/// offsets.
+/// Bytes of one row's colour planes kept between images (a row of 5,000-odd pixels); a wider
+/// row's are freed after use.
+const RETAIN_PLANES_BYTES: usize = 16 << 10;
+
+/// The most a [`Resampler`] holds between images: its intermediate image, cached taps, row
+/// offsets and one row's colour planes.
 pub(crate) const RETAINED_BYTES: usize = RETAIN_SCRATCH_BYTES
     + CACHED_TAPS * MAX_CACHED_TAPS_BYTES
-    + RETAIN_OFFSETS * std::mem::size_of::<usize>();
+    + RETAIN_OFFSETS * std::mem::size_of::<usize>()
+    + RETAIN_PLANES_BYTES;
 
 /// Taps kept between images: a few sizes' worth for each axis (a dataset's images mostly
 /// come in a handful of sizes, often both orientations of one).
@@ -67,6 +77,111 @@ struct Taps {
     /// Scratch of [`Taps::build`]: each output's centre and window, one window's weights.
     windows: Vec<(f64, usize, usize)>,
     scratch: Vec<f64>,
+    /// How the AVX2 planar horizontal kernel gathers these taps (built for horizontal taps
+    /// only, those with a padding multiple of 4).
+    planar: Planar,
+}
+
+/// The gather plan of the AVX2 planar horizontal pass ([`avx2::horizontal_planar`]).
+///
+/// The pass works on one colour plane at a time, so every 16-bit lane of a `madd` holds a
+/// useful product (interleaved RGB wastes a quarter of them), and one 16-byte load and one
+/// `pshufb` gather the taps of several outputs at once. Each output gets `p` slots (2, 4 or
+/// 8, at least its window of nonzero weights); a 256-bit register holds `16 / p` outputs'
+/// slots, gathered from the 16 plane bytes at `bases[r]`. Outputs are padded with empty ones
+/// to a multiple of 16 (one store of 16 bytes a plane).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Planar {
+    /// Slots per output: 2, 4 or 8; 0 if the taps do not fit the plan (windows over 8
+    /// pixels, or outputs too far apart for one load), and the interleaved kernel runs.
+    p: usize,
+    /// The first source pixel the plan reads: plane byte 0.
+    origin: usize,
+    /// Source pixels the plan reads from `origin`.
+    len: usize,
+    /// The plane bytes its loads reach: the last base + 16.
+    reach: usize,
+    /// Per register: the plane byte its 16-byte load starts at.
+    bases: Vec<u32>,
+    /// Per register: 32 `pshufb` indices (per 128-bit lane: 8 slots, each its byte in the
+    /// load then 0x80 for a zero high byte).
+    masks: Vec<u8>,
+    /// Per register: the 16 weights of its slots.
+    weights: Vec<i16>,
+    /// Scratch of [`Planar::build`]: each output's first source pixel of nonzero weight.
+    first: Vec<usize>,
+}
+
+impl Planar {
+    /// Plans `taps` (a built [`Taps`]); leaves `p == 0` where they do not fit.
+    fn build(&mut self, weights: &[i16], starts: &[usize], width: usize) {
+        self.p = 0;
+        self.bases.clear();
+        self.masks.clear();
+        self.weights.clear();
+        self.first.clear();
+        let dst = starts.len();
+        if dst == 0 || width == 0 || weights.len() != dst * width {
+            return;
+        }
+        // Each output's first nonzero source pixel, the longest run of nonzero weights, and
+        // the span they cover.
+        let mut extent = 1;
+        let mut end = 0;
+        for (w, &start) in weights.chunks_exact(width).zip(starts) {
+            let a = w.iter().position(|&v| v != 0).unwrap_or(0);
+            let b = w.iter().rposition(|&v| v != 0).unwrap_or(0);
+            extent = extent.max(b + 1 - a);
+            end = end.max(start + b + 1);
+            self.first.push(start + a);
+        }
+        let origin = self.first.iter().copied().min().unwrap_or(0);
+        let p = match extent {
+            1..=2 => 2,
+            3..=4 => 4,
+            5..=8 => 8,
+            _ => return,
+        };
+        let per_reg = 16 / p;
+        let per_lane = per_reg / 2;
+        let regs = dst.div_ceil(16) * 16 / per_reg;
+        self.masks.resize(regs * 32, 0x80);
+        self.weights.resize(regs * 16, 0);
+        for r in 0..regs {
+            let outputs = r * per_reg..((r + 1) * per_reg).min(dst);
+            let base = self.first.get(outputs.clone()).and_then(|f| f.iter().min());
+            let base = base.map_or(0, |&b| b - origin);
+            for (i, x) in outputs.enumerate() {
+                let (lane, slot) = (i / per_lane, (i % per_lane) * p);
+                let a = self.first[x] - starts[x];
+                for j in 0..p.min(width - a) {
+                    let w = weights[x * width + a + j];
+                    if w == 0 {
+                        continue;
+                    }
+                    let byte = self.first[x] + j - origin - base;
+                    if byte >= 16 {
+                        // Outputs too far apart to share one load: not planned.
+                        return;
+                    }
+                    self.masks[r * 32 + lane * 16 + 2 * (slot + j)] = byte as u8;
+                    self.weights[r * 16 + lane * 8 + slot + j] = w;
+                }
+            }
+            self.bases.push(base as u32);
+        }
+        self.p = p;
+        self.origin = origin;
+        self.len = end - origin;
+        self.reach = self.bases.iter().max().map_or(0, |&b| b as usize + 16);
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.bases.capacity() * 4
+            + self.masks.capacity()
+            + self.weights.capacity() * 2
+            + self.first.capacity() * 8
+    }
 }
 
 /// Source length, output length, the bits of the crop offset and length, antialiasing, and
@@ -152,6 +267,11 @@ impl Taps {
                     [a, a, a, a, b, b, b, b]
                 }));
         }
+        if multiple == 4 {
+            self.planar.build(&self.weights, &self.starts, width);
+        } else {
+            self.planar.build(&[], &[], 0);
+        }
     }
 
     fn heap_bytes(&self) -> usize {
@@ -160,6 +280,7 @@ impl Taps {
             + self.starts.capacity() * 8
             + self.windows.capacity() * 24
             + self.scratch.capacity() * 8
+            + self.planar.heap_bytes()
     }
 
     fn weights(&self, i: usize) -> &[i16] {
@@ -191,6 +312,8 @@ pub(crate) struct Resampler {
     cache: Vec<Taps>,
     tmp: Vec<u8>,
     row_offsets: Vec<usize>,
+    /// One row as three colour planes, for the planar horizontal kernel.
+    planes: Vec<u8>,
     simd: bool,
 }
 
@@ -216,6 +339,7 @@ impl Resampler {
             cache: Vec::new(),
             tmp: Vec::new(),
             row_offsets: Vec::new(),
+            planes: Vec::new(),
             simd: simd_available(),
         }
     }
@@ -269,13 +393,20 @@ impl Resampler {
                 vertical(src.rgb, &self.row_offsets, rows.weights(y), row, simd);
             }
             for (y, row) in out.chunks_exact_mut(dst_w * 3).enumerate() {
-                horizontal(&tmp[y * stride..], &cols, x0, row, simd);
+                horizontal(&tmp[y * stride..], &cols, x0, row, simd, &mut self.planes);
             }
         } else {
             let stride = dst_w * 3;
             grow(&mut tmp, span_h * stride);
             for (y, row) in tmp.chunks_exact_mut(stride).take(span_h).enumerate() {
-                horizontal(&src.rgb[(y0 + y) * sw * 3..], &cols, 0, row, simd);
+                horizontal(
+                    &src.rgb[(y0 + y) * sw * 3..],
+                    &cols,
+                    0,
+                    row,
+                    simd,
+                    &mut self.planes,
+                );
             }
             for (y, row) in out.chunks_exact_mut(stride).enumerate() {
                 offsets(&mut self.row_offsets, &rows, y, sh, stride, 0);
@@ -290,6 +421,9 @@ impl Resampler {
         }
         if self.row_offsets.capacity() > RETAIN_OFFSETS {
             self.row_offsets = Vec::new();
+        }
+        if self.planes.capacity() > RETAIN_PLANES_BYTES {
+            self.planes = Vec::new();
         }
         self.tmp = tmp;
         for t in [rows, cols] {
@@ -388,15 +522,39 @@ fn vertical(src: &[u8], offsets: &[usize], w: &[i16], out: &mut [u8], simd: bool
 }
 
 /// One output row of the horizontal pass over `src` (a row of pixels whose first is source
-/// column `first`; the slice may run on past the row).
-fn horizontal(src: &[u8], cols: &Taps, first: usize, out: &mut [u8], simd: bool) {
+/// column `first`; the slice may run on past the row). `planes` is scratch for the planar
+/// kernel.
+fn horizontal(
+    src: &[u8],
+    cols: &Taps,
+    first: usize,
+    out: &mut [u8],
+    simd: bool,
+    planes: &mut Vec<u8>,
+) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if simd {
+        let plan = &cols.planar;
+        let from = plan.origin.wrapping_sub(first);
+        if plan.p != 0 && plan.origin >= first && (from + plan.len) * 3 <= src.len() {
+            // Three planes of the pixels the taps read, each padded so that every 16-byte
+            // load stays inside it.
+            let stride = plan.len + 32;
+            grow(planes, 3 * stride);
+            // SAFETY: `simd` is only true where AVX2 was detected at run time.
+            let planned = unsafe {
+                avx2::deinterleave(&src[from * 3..], plan.len, planes, stride);
+                avx2::horizontal_planar(planes, stride, plan, out)
+            };
+            if planned {
+                return;
+            }
+        }
         // SAFETY: `simd` is only true where AVX2 was detected at run time.
         done = unsafe { avx2::horizontal(src, cols, first, out) };
     }
-    let _ = simd;
+    let _ = (simd, planes);
     for (x, px) in out.chunks_exact_mut(3).enumerate().skip(done) {
         let base = cols.starts[x] - first;
         let mut acc = [0i32; 3];
@@ -419,7 +577,250 @@ fn horizontal(src: &[u8], cols: &Taps, first: usize, out: &mut [u8], simd: bool)
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{pack, Taps, BITS, HALF};
+    use super::{pack, Planar, Taps, BITS, HALF};
+
+    /// `pshufb` indices taking channel `ch` of 16 RGB pixels out of the `part`th 16 bytes of
+    /// their 48 (0x80: a byte from another part).
+    const fn deinterleave_mask(ch: usize, part: usize) -> [u8; 16] {
+        let mut m = [0x80u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            let byte = 3 * i + ch;
+            if byte / 16 == part {
+                m[i] = (byte % 16) as u8;
+            }
+            i += 1;
+        }
+        m
+    }
+
+    /// `pshufb` indices putting channel `ch` of 16 pixels (one plane's 16 bytes) into the
+    /// `part`th 16 bytes of their 48 interleaved RGB bytes.
+    const fn interleave_mask(ch: usize, part: usize) -> [u8; 16] {
+        let mut m = [0x80u8; 16];
+        let mut q = 0;
+        while q < 16 {
+            let byte = 16 * part + q;
+            if byte % 3 == ch {
+                m[q] = (byte / 3) as u8;
+            }
+            q += 1;
+        }
+        m
+    }
+
+    /// [`deinterleave_mask`] for every channel (outer) and part (inner).
+    static DEINTERLEAVE: [[[u8; 16]; 3]; 3] = {
+        let mut t = [[[0u8; 16]; 3]; 3];
+        let mut ch = 0;
+        while ch < 3 {
+            let mut part = 0;
+            while part < 3 {
+                t[ch][part] = deinterleave_mask(ch, part);
+                part += 1;
+            }
+            ch += 1;
+        }
+        t
+    };
+
+    /// [`interleave_mask`] for every part (outer) and channel (inner).
+    static INTERLEAVE: [[[u8; 16]; 3]; 3] = {
+        let mut t = [[[0u8; 16]; 3]; 3];
+        let mut part = 0;
+        while part < 3 {
+            let mut ch = 0;
+            while ch < 3 {
+                t[part][ch] = interleave_mask(ch, part);
+                ch += 1;
+            }
+            part += 1;
+        }
+        t
+    };
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn mask(m: &[u8; 16]) -> __m128i {
+        // SAFETY: 16 readable bytes.
+        unsafe { _mm_loadu_si128(m.as_ptr().cast()) }
+    }
+
+    /// Splits the first `n` RGB pixels of `src` into three planes of `stride` bytes each in
+    /// `planes`: R, then G, then B. Where `src` runs on past them (the next row, padding), the
+    /// last 16 pixels are split together, writing up to 15 bytes past `n` in each plane.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn deinterleave(src: &[u8], n: usize, planes: &mut [u8], stride: usize) {
+        if planes.len() < 3 * stride || stride < n + 16 || src.len() < 3 * n {
+            return; // not called so; horizontal_planar then refuses the planes
+        }
+        let (r, rest) = planes.split_at_mut(stride);
+        let (g, b) = rest.split_at_mut(stride);
+        let mut i = 0;
+        while i < n && 3 * i + 48 <= src.len() {
+            // SAFETY: 3 * i + 48 <= src.len() bytes are read; i + 16 < n + 16 <= stride bytes
+            // of each plane are written.
+            unsafe {
+                let p = src.as_ptr().add(3 * i);
+                let v = [
+                    _mm_loadu_si128(p.cast()),
+                    _mm_loadu_si128(p.add(16).cast()),
+                    _mm_loadu_si128(p.add(32).cast()),
+                ];
+                for (ch, plane) in [&mut *r, &mut *g, &mut *b].into_iter().enumerate() {
+                    let t = &DEINTERLEAVE[ch];
+                    let x = _mm_or_si128(
+                        _mm_or_si128(
+                            _mm_shuffle_epi8(v[0], mask(&t[0])),
+                            _mm_shuffle_epi8(v[1], mask(&t[1])),
+                        ),
+                        _mm_shuffle_epi8(v[2], mask(&t[2])),
+                    );
+                    _mm_storeu_si128(plane.as_mut_ptr().add(i).cast(), x);
+                }
+            }
+            i += 16;
+        }
+        for i in i.min(n)..n {
+            r[i] = src[3 * i];
+            g[i] = src[3 * i + 1];
+            b[i] = src[3 * i + 2];
+        }
+    }
+
+    /// The horizontal pass over one row split into planes by [`deinterleave`] (`stride`
+    /// bytes a plane, from the plan's `origin`), written interleaved into `out` (whole RGB
+    /// pixels, at most as many as the plan has outputs). `false`, writing nothing, if the
+    /// plan and the planes do not fit each other.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn horizontal_planar(
+        planes: &[u8],
+        stride: usize,
+        plan: &Planar,
+        out: &mut [u8],
+    ) -> bool {
+        let fits = |regs: usize| {
+            plan.bases.len() >= (out.len() / 3).div_ceil(16) * 2 * regs
+                && plan.masks.len() == plan.bases.len() * 32
+                && plan.weights.len() == plan.bases.len() * 16
+                && planes.len() >= 3 * stride
+                && plan.reach <= stride
+        };
+        match plan.p {
+            2 if fits(1) => planar_n::<2>(planes, stride, plan, out),
+            4 if fits(2) => planar_n::<4>(planes, stride, plan, out),
+            8 if fits(4) => planar_n::<8>(planes, stride, plan, out),
+            _ => return false,
+        }
+        true
+    }
+
+    /// [`horizontal_planar`] for `P` slots per output.
+    #[target_feature(enable = "avx2")]
+    fn planar_n<const P: usize>(planes: &[u8], stride: usize, plan: &Planar, out: &mut [u8]) {
+        // Registers per group of 8 outputs.
+        let regs = P / 2;
+        let pixels = out.len() / 3;
+        let chunks = pixels.div_ceil(16);
+        let out = &mut out[..pixels * 3];
+        let half = _mm256_set1_epi32(HALF);
+        let plane = |ch: usize| planes[ch * stride..].as_ptr();
+        let planes_at = [plane(0), plane(1), plane(2)];
+        // The 8 sums of group `g`, per channel, rounded (in the order the combine leaves).
+        let group = |g: usize| {
+            let mut acc = [[_mm256_setzero_si256(); 4]; 3];
+            // `r` indexes both the plan and the accumulators.
+            #[allow(clippy::needless_range_loop)]
+            for r in 0..regs {
+                let i = g * regs + r;
+                // SAFETY: i < bases.len() (the caller checked it for every group of every
+                // chunk); masks and weights hold 32 bytes per register; every load of 16
+                // bytes from a base stays inside its plane (base + 16 <= reach <= stride).
+                unsafe {
+                    let m = _mm256_loadu_si256(plan.masks.as_ptr().add(i * 32).cast());
+                    let w = _mm256_loadu_si256(plan.weights.as_ptr().add(i * 16).cast());
+                    let base = *plan.bases.get_unchecked(i) as usize;
+                    for ch in 0..3 {
+                        let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                            planes_at[ch].add(base).cast(),
+                        ));
+                        acc[ch][r] = _mm256_madd_epi16(_mm256_shuffle_epi8(v, m), w);
+                    }
+                }
+            }
+            acc.map(|a| {
+                let sums = match P {
+                    2 => a[0],
+                    // [o0 o1 o4 o5 | o2 o3 o6 o7]
+                    4 => _mm256_hadd_epi32(a[0], a[1]),
+                    // [o0 o2 o4 o6 | o1 o3 o5 o7]
+                    _ => _mm256_hadd_epi32(
+                        _mm256_hadd_epi32(a[0], a[1]),
+                        _mm256_hadd_epi32(a[2], a[3]),
+                    ),
+                };
+                _mm256_srai_epi32::<{ BITS as i32 }>(_mm256_add_epi32(sums, half))
+            })
+        };
+        // 16 outputs of one channel as bytes, in order, from its two groups' sums.
+        let bytes = |a: __m256i, b: __m256i| {
+            let s = _mm256_packs_epi32(a, b);
+            let (lo, hi) = match P {
+                // [a0-3 b0-3 | a4-7 b4-7] as i16 pairs: dwords 0 1 4 5 2 3 6 7 in order.
+                2 => {
+                    let s =
+                        _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+                    (_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
+                }
+                // [a01 a45 b01 b45 | a23 a67 b23 b67]
+                4 => {
+                    let s =
+                        _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                    (_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
+                }
+                // [a0 a2 a4 a6 b0 b2 b4 b6 | a1 a3 a5 a7 b1 b3 b5 b7]
+                _ => {
+                    let (l, h) = (_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+                    (_mm_unpacklo_epi16(l, h), _mm_unpackhi_epi16(l, h))
+                }
+            };
+            _mm_packus_epi16(lo, hi)
+        };
+        for c in 0..chunks {
+            let (g0, g1) = (group(2 * c), group(2 * c + 1));
+            let px = [
+                bytes(g0[0], g1[0]),
+                bytes(g0[1], g1[1]),
+                bytes(g0[2], g1[2]),
+            ];
+            let mut rgb = [_mm_setzero_si128(); 3];
+            for (part, v) in rgb.iter_mut().enumerate() {
+                let t = &INTERLEAVE[part];
+                *v = _mm_or_si128(
+                    _mm_or_si128(
+                        _mm_shuffle_epi8(px[0], mask(&t[0])),
+                        _mm_shuffle_epi8(px[1], mask(&t[1])),
+                    ),
+                    _mm_shuffle_epi8(px[2], mask(&t[2])),
+                );
+            }
+            let dst = &mut out[c * 48..];
+            if dst.len() >= 48 {
+                for (part, v) in rgb.iter().enumerate() {
+                    // SAFETY: 48 bytes fit in dst.
+                    unsafe { _mm_storeu_si128(dst.as_mut_ptr().add(part * 16).cast(), *v) };
+                }
+            } else {
+                let mut tmp = [0u8; 48];
+                for (part, v) in rgb.iter().enumerate() {
+                    // SAFETY: tmp is 48 bytes.
+                    unsafe { _mm_storeu_si128(tmp.as_mut_ptr().add(part * 16).cast(), *v) };
+                }
+                let n = dst.len();
+                dst.copy_from_slice(&tmp[..n]);
+            }
+        }
+    }
 
     /// The vertical pass over all of `out` when it holds at least 16 bytes (the last block
     /// overlaps the one before); returns how many bytes it wrote. `w.len()` is even (taps
@@ -834,6 +1235,12 @@ mod tests {
             let src = image(sw, sh, 5);
             let key = |s: usize, m| (s, 160, 0f64.to_bits(), (s as f64).to_bits(), true, m);
             let (cols, rows) = (Taps::new(key(sw, 4)), Taps::new(key(sh, 2)));
+            // The planar horizontal kernel takes the usual scales after DCT scaling: 1.5x (4
+            // slots an output), 2.25x (8 slots), nearly 1x and upscales (2 slots).
+            assert_eq!(cols.planar.p, 4, "250 -> 160 planned");
+            assert_eq!(Taps::new(key(360, 4)).planar.p, 8, "360 -> 160 planned");
+            assert_eq!(Taps::new(key(100, 4)).planar.p, 2, "100 -> 160 planned");
+            assert_eq!(Taps::new(key(161, 4)).planar.p, 2, "161 -> 160 planned");
             let mut offs = Vec::new();
             let mut tmp = vec![0u8; 160 * sw * 3 + PAD];
             for (y, row) in tmp.chunks_exact_mut(sw * 3).take(160).enumerate() {
