@@ -8,6 +8,7 @@
 //! and its length (20 bytes a sample). Epochs then read each shard front to back with one
 //! stream (one request for object storage), skipping the headers and other members in between.
 
+use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -356,6 +357,10 @@ struct Pending {
     /// The name and size from a PAX header.
     pax_path: Option<Vec<u8>>,
     pax_size: Option<u64>,
+    /// A link's target from a GNU long-link header or a PAX `linkpath` (hard links to
+    /// images are read as that image).
+    long_link: Option<Vec<u8>>,
+    pax_linkpath: Option<Vec<u8>>,
     /// Whether any extension header is waiting for its member.
     any: bool,
 }
@@ -368,13 +373,14 @@ impl Pending {
         kind: tar::EntryType,
         n: usize,
     ) -> Result<(), String> {
-        if kind.is_pax_global_extensions() || kind.is_gnu_longlink() {
-            // Global records and link targets say nothing about which samples there are:
-            // skipped unread.
+        if kind.is_pax_global_extensions() {
+            // Global records say nothing about which samples there are: skipped unread.
             return Ok(());
         }
         let what = if kind.is_gnu_longname() {
             "GNU long-name"
+        } else if kind.is_gnu_longlink() {
+            "GNU long-link"
         } else {
             "PAX"
         };
@@ -391,8 +397,10 @@ impl Pending {
             .map_err(|e| format!("member {n}, a {what} header: {e}"))?;
         let twice = if kind.is_gnu_longname() {
             self.long_name.is_some()
+        } else if kind.is_gnu_longlink() {
+            self.long_link.is_some()
         } else {
-            self.pax_path.is_some() || self.pax_size.is_some()
+            self.pax_path.is_some() || self.pax_size.is_some() || self.pax_linkpath.is_some()
         };
         if twice {
             return Err(format!(
@@ -400,17 +408,22 @@ impl Pending {
             ));
         }
         self.any = true;
-        if kind.is_gnu_longname() {
+        if kind.is_gnu_longname() || kind.is_gnu_longlink() {
             while data.last() == Some(&0) {
                 data.pop();
             }
-            self.long_name = Some(data);
+            if kind.is_gnu_longname() {
+                self.long_name = Some(data);
+            } else {
+                self.long_link = Some(data);
+            }
             return Ok(());
         }
         for record in tar::PaxExtensions::new(&data) {
             let record = record.map_err(|e| format!("member {n}, a PAX header: {e}"))?;
             match record.key_bytes() {
                 b"path" => self.pax_path = Some(record.value_bytes().to_vec()),
+                b"linkpath" => self.pax_linkpath = Some(record.value_bytes().to_vec()),
                 b"size" => {
                     let size = record
                         .value()
@@ -442,24 +455,38 @@ fn index_shard<R: Read>(
 ) -> Result<Vec<Found>, Error> {
     let damaged = |what: String| Error::source(shard_name, what);
     let mut out: Vec<Found> = Vec::new();
-    // The sample being assembled: (key, image, label, cls member name).
+    // The sample being assembled: its key, image (member, offset, length) and label (`.cls`
+    // member, value).
     let mut key: Option<String> = None;
     let mut image: Option<(String, u64, u64)> = None;
-    let mut label: Option<u32> = None;
+    let mut label: Option<(String, u32)> = None;
+    // Image members by name, for hard links to them: made at the first hard link.
+    let mut linkable: Option<HashMap<String, (u64, u64)>> = None;
     let flush = |key: &mut Option<String>,
                  image: &mut Option<(String, u64, u64)>,
-                 label: &mut Option<u32>,
-                 out: &mut Vec<Found>| {
-        if let Some((member, offset, len)) = image.take() {
-            out.push(Found {
+                 label: &mut Option<(String, u32)>,
+                 out: &mut Vec<Found>|
+     -> Result<(), Error> {
+        match (image.take(), label.take()) {
+            (Some((member, offset, len)), label) => out.push(Found {
                 member,
                 offset,
                 len,
-                label: label.take(),
-            });
+                label: label.map(|l| l.1),
+            }),
+            (None, Some((cls, _))) => {
+                // A label whose image is not beside it: WebDataset groups a sample's members
+                // by consecutive key, so it would be dropped and its image left unlabeled.
+                return Err(damaged(format!(
+                    "`{cls}` has no image beside it: a sample's members must be adjacent in \
+                     the shard, as WebDataset reads them (`tar cf x.tar *.jpg *.cls` puts every \
+                     image before every label; `imagefeed shards` writes samples in order)"
+                )));
+            }
+            (None, None) => {}
         }
-        *label = None;
         *key = None;
+        Ok(())
     };
     // Raw entries: the `tar` crate would read GNU long names and PAX headers whole, however
     // large, before handing over the member they describe. They are read here, size-checked.
@@ -499,9 +526,16 @@ fn index_shard<R: Read>(
                 crate::source::shown(&header.path_bytes())
             )));
         }
-        if !kind.is_file() {
+        let hard_link = kind == tar::EntryType::Link;
+        let symlink = kind == tar::EntryType::Symlink;
+        if !kind.is_file() && !hard_link && !symlink {
             continue;
         }
+        let link_target = match ext.long_link.or(ext.pax_linkpath) {
+            Some(target) => Some(target),
+            None if hard_link || symlink => header.link_name_bytes().map(|t| t.into_owned()),
+            None => None,
+        };
         let name = match ext.long_name.or(ext.pax_path) {
             Some(name) => std::borrow::Cow::Owned(name),
             None => entry.path_bytes(),
@@ -518,27 +552,69 @@ fn index_shard<R: Read>(
             )));
         }
         let member = String::from_utf8_lossy(&name).into_owned();
-        let len = entry.size();
-        let offset = entry.raw_file_position();
-        if offset.checked_add(len).is_none_or(|end| end > shard_size) {
-            return Err(damaged(format!(
-                "truncated: member `{member}` needs bytes {offset}..{} but the shard has {shard_size}",
-                offset.saturating_add(len)
-            )));
-        }
         let (member_key, ext) = split_member(&member);
+        let is_image = IMAGE_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(ext));
+        let is_cls = ext.eq_ignore_ascii_case("cls");
+        if !kind.is_file() && !is_image && !is_cls {
+            continue; // a link to something that is not part of a sample
+        }
+        let (offset, len) = if symlink {
+            return Err(damaged(format!(
+                "`{member}` is a symbolic link; a shard holds its samples' files (pack with \
+                 `tar --dereference`)"
+            )));
+        } else if hard_link {
+            let target = String::from_utf8_lossy(link_target.as_deref().unwrap_or_default())
+                .into_owned();
+            if is_cls {
+                return Err(damaged(format!(
+                    "`{member}` is a hard link to `{target}`; a label must be stored in its \
+                     member (pack with `tar --hard-dereference`)"
+                )));
+            }
+            let map = linkable.get_or_insert_with(|| {
+                out.iter()
+                    .map(|f| (f.member.clone(), (f.offset, f.len)))
+                    .chain(image.iter().map(|(m, o, l)| (m.clone(), (*o, *l))))
+                    .collect()
+            });
+            *map.get(&target).ok_or_else(|| {
+                damaged(format!(
+                    "`{member}` is a hard link to `{target}`, which is not an earlier image \
+                     member of this shard"
+                ))
+            })?
+        } else {
+            let len = entry.size();
+            let offset = entry.raw_file_position();
+            if offset.checked_add(len).is_none_or(|end| end > shard_size) {
+                return Err(damaged(format!(
+                    "truncated: member `{member}` needs bytes {offset}..{} but the shard has {shard_size}",
+                    offset.saturating_add(len)
+                )));
+            }
+            (offset, len)
+        };
         if key.as_deref() != Some(member_key) {
-            flush(&mut key, &mut image, &mut label, &mut out);
+            flush(&mut key, &mut image, &mut label, &mut out)?;
             key = Some(member_key.to_string());
         }
-        if IMAGE_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(ext)) {
+        if is_image {
             if let Some((first, ..)) = &image {
                 return Err(damaged(format!(
                     "sample `{member_key}` has two images, `{first}` and `{member}`"
                 )));
             }
+            if let Some(map) = &mut linkable {
+                map.insert(member.clone(), (offset, len));
+            }
             image = Some((member, offset, len));
-        } else if ext.eq_ignore_ascii_case("cls") {
+        } else if is_cls {
+            if let Some((first, _)) = &label {
+                return Err(damaged(format!(
+                    "sample `{member_key}` has two labels, `{first}` and `{member}`"
+                )));
+            }
             if len > MAX_CLS_BYTES {
                 return Err(damaged(format!(
                     "`{member}` is {len} bytes; a label is a decimal number"
@@ -556,7 +632,7 @@ fn index_shard<R: Read>(
                     t.escape_debug()
                 ))
             })?;
-            label = Some(parsed);
+            label = Some((member, parsed));
         }
     }
     if pending.any {
@@ -564,7 +640,7 @@ fn index_shard<R: Read>(
             "the archive ends after an extension header, without the member it describes".into(),
         ));
     }
-    flush(&mut key, &mut image, &mut label, &mut out);
+    flush(&mut key, &mut image, &mut label, &mut out)?;
     Ok(out)
 }
 

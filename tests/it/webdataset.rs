@@ -375,6 +375,98 @@ fn issue_7_hostile_shards_get_errors_naming_the_shard() {
 }
 
 #[test]
+fn labels_apart_from_their_images_or_given_twice_are_errors_and_hard_links_are_read() {
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // `tar cf x.tar *.jpg *.cls`: every image, then every label. Grouped by consecutive key,
+    // the labels would have no image and the images no label (every label 0).
+    let apart = write(
+        d,
+        "apart.tar",
+        &tar_of(&[
+            ("a.jpg", &jpg),
+            ("b.jpg", &jpg),
+            ("a.cls", b"1"),
+            ("b.cls", b"2"),
+        ]),
+    );
+    let e = Source::from_tar_shards([&apart]).unwrap_err().to_string();
+    assert!(
+        e.contains("apart.tar") && e.contains("`a.cls` has no image beside it"),
+        "{e}"
+    );
+    // Two labels for one sample: neither is picked silently.
+    let twice = write(
+        d,
+        "twice.tar",
+        &tar_of(&[("a.jpg", &jpg), ("a.cls", b"1"), ("a.cls", b"2")]),
+    );
+    let e = Source::from_tar_shards([&twice]).unwrap_err().to_string();
+    assert!(e.contains("sample `a` has two labels"), "{e}");
+    // A hard link to an earlier image (GNU tar writes one for a second name of a file) is
+    // that image; a symbolic link, or a hard link to nothing before it, is an error naming it.
+    let link = |name: &str, target: &str, kind: tar::EntryType| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(0);
+        h.set_mode(0o644);
+        h.set_link_name(target).unwrap();
+        (h, name.to_string())
+    };
+    let shard = |extra: (tar::Header, String)| {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, data) in [("a.jpg", &jpg[..]), ("a.cls", b"5")] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, name, data).unwrap();
+        }
+        let (mut h, name) = extra;
+        b.append_data(&mut h, name, &[][..]).unwrap();
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_mode(0o644);
+        b.append_data(&mut h, "b.cls", &b"6"[..]).unwrap();
+        b.into_inner().unwrap()
+    };
+    let hard = write(
+        d,
+        "hard.tar",
+        &shard(link("b.jpg", "a.jpg", tar::EntryType::Link)),
+    );
+    let s = Source::from_tar_shards([&hard]).unwrap();
+    assert_eq!((s.len(), s.label(0), s.label(1)), (2, Some(5), Some(6)));
+    let loader = Loader::builder(s)
+        .batch_size(2)
+        .decode_threads(1)
+        .dtype(Dtype::U8)
+        .shuffle(false)
+        .build()
+        .unwrap();
+    let batch: Batch = loader.epoch(0).next().unwrap().unwrap();
+    let px = batch.as_u8().unwrap();
+    assert_eq!(px[..px.len() / 2], px[px.len() / 2..], "the link reads a.jpg");
+    let sym = write(
+        d,
+        "sym.tar",
+        &shard(link("b.jpg", "a.jpg", tar::EntryType::Symlink)),
+    );
+    let e = Source::from_tar_shards([&sym]).unwrap_err().to_string();
+    assert!(e.contains("`b.jpg` is a symbolic link"), "{e}");
+    let dangling = write(
+        d,
+        "dangling.tar",
+        &shard(link("b.jpg", "z.jpg", tar::EntryType::Link)),
+    );
+    let e = Source::from_tar_shards([&dangling]).unwrap_err().to_string();
+    assert!(
+        e.contains("`b.jpg` is a hard link to `z.jpg`, which is not an earlier image"),
+        "{e}"
+    );
+}
+
+#[test]
 fn issue_7_a_corrupt_member_is_a_sample_error_naming_shard_and_member() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
