@@ -564,8 +564,8 @@ fn index_shard<R: Read>(
                  `tar --dereference`)"
             )));
         } else if hard_link {
-            let target = String::from_utf8_lossy(link_target.as_deref().unwrap_or_default())
-                .into_owned();
+            let target =
+                String::from_utf8_lossy(link_target.as_deref().unwrap_or_default()).into_owned();
             if is_cls {
                 return Err(damaged(format!(
                     "`{member}` is a hard link to `{target}`; a label must be stored in its \

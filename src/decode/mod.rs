@@ -299,12 +299,15 @@ impl Decoder {
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
+        // A large decode's gate guard is held through the resize and until its buffers are
+        // freed: the resize's working set is part of its estimate.
+        let mut guard = None;
         let result = {
             let mut resizer = std::mem::take(&mut self.resizer);
             let started = Instant::now();
             let mut decoded_at = None;
             let r = self
-                .decode(bytes, path, geom, gate_held, gate)
+                .decode_held(bytes, path, geom, gate_held, gate, &mut guard)
                 .and_then(|d| {
                     decoded_at = Some(Instant::now());
                     resizer
@@ -323,6 +326,7 @@ impl Decoder {
                 *buf = Vec::new();
             }
         }
+        drop(guard);
         result
     }
 
@@ -335,6 +339,20 @@ impl Decoder {
         gate_held: bool,
         gate: &LargeGate,
     ) -> Result<Decoded<'a>, Error> {
+        self.decode_held(bytes, path, geom, gate_held, gate, &mut None)
+    }
+
+    /// [`Decoder::decode`], leaving the gate guard of a large decode in `guard` for the caller
+    /// to drop once it is done with the decoded image.
+    fn decode_held<'a, 'g>(
+        &'a mut self,
+        bytes: &[u8],
+        path: &Path,
+        geom: &Geometry,
+        gate_held: bool,
+        gate: &'g LargeGate,
+        guard: &mut Option<GateGuard<'g>>,
+    ) -> Result<Decoded<'a>, Error> {
         if bytes.is_empty() {
             return Err(fail(path, "empty file (0 bytes)"));
         }
@@ -343,8 +361,8 @@ impl Decoder {
             check_extension(path, format)?;
         }
         match format {
-            Format::Jpeg => self.decode_jpeg(bytes, path, geom, gate_held, gate),
-            Format::Png => self.decode_png(bytes, path, gate_held, gate),
+            Format::Jpeg => self.decode_jpeg(bytes, path, geom, gate_held, gate, guard),
+            Format::Png => self.decode_png(bytes, path, geom, gate_held, gate, guard),
             other => Err(fail(
                 path,
                 format!(
@@ -370,13 +388,14 @@ impl Decoder {
         Ok(())
     }
 
-    fn decode_jpeg<'a>(
+    fn decode_jpeg<'a, 'g>(
         &'a mut self,
         bytes: &[u8],
         path: &Path,
         geom: &Geometry,
         gate_held: bool,
-        gate: &LargeGate,
+        gate: &'g LargeGate,
+        guard: &mut Option<GateGuard<'g>>,
     ) -> Result<Decoded<'a>, Error> {
         let info =
             header::jpeg_info(bytes).map_err(|m| fail(path, format!("invalid JPEG: {m}")))?;
@@ -395,8 +414,12 @@ impl Decoder {
         } else {
             1
         };
-        let estimate = jpeg_working_set(&info, scale, use_turbo);
-        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter(estimate));
+        let (sw, sh) = (info.width.div_ceil(scale), info.height.div_ceil(scale));
+        let estimate = jpeg_working_set(&info, scale, use_turbo)
+            .max(rgb_bytes(sw, sh) + crate::transform::resize_working_set(sw, sh, geom));
+        if !gate_held && estimate > SMALL_DECODE_BYTES {
+            *guard = Some(gate.enter(estimate));
+        }
         let (width, height) = if use_turbo {
             self.decode_turbo(bytes, path, &info, scale)?
         } else {
@@ -559,12 +582,14 @@ impl Decoder {
         Ok((w, h))
     }
 
-    fn decode_png<'a>(
+    fn decode_png<'a, 'g>(
         &'a mut self,
         bytes: &[u8],
         path: &Path,
+        geom: &Geometry,
         gate_held: bool,
-        gate: &LargeGate,
+        gate: &'g LargeGate,
+        guard: &mut Option<GateGuard<'g>>,
     ) -> Result<Decoded<'a>, Error> {
         use image::{ColorType, ImageDecoder};
         let perr = |e: image::ImageError| fail(path, format!("PNG: {e}"));
@@ -605,17 +630,51 @@ impl Decoder {
         let color = dec.color_type();
         let total = dec.total_bytes();
         let px = w as usize * h as usize;
-        let estimate = total + px as u64 * 3;
-        let _guard = (!gate_held && estimate > SMALL_DECODE_BYTES).then(|| gate.enter(estimate));
-        self.aux.clear();
-        self.aux.resize(total as usize, 0);
-        dec.read_image(&mut self.aux).map_err(perr)?;
+        let rgb = rgb_bytes(w, h);
+        // RGB8 decodes straight into the RGB buffer; other types into `aux`, then converted
+        // (and `aux` freed before the resize if it is large).
+        let staged = if color == ColorType::Rgb8 { 0 } else { total };
+        // The png crate also keeps two rows (the one it unfilters and the one before), which
+        // only matter for very wide images: a 100,000,000×1 RGBA16 PNG's rows are 800 MB.
+        let rows = 2 * (total / u64::from(h.max(1)) + 1);
+        let decoding = staged + rows + rgb;
+        // What the memory budget gives one large decode besides the file's bytes.
+        let most = self
+            .settings
+            .max_pixels
+            .saturating_mul(LARGE_BYTES_PER_PIXEL)
+            .saturating_add(self.settings.max_file_bytes())
+            .saturating_sub(bytes.len() as u64);
+        if decoding > most {
+            return Err(fail(
+                path,
+                format!(
+                    "PNG of {w}x{h} needs about {:.0} MB to decode (its rows are {:.0} MB each), \
+                     over the {:.0} MB the memory budget gives one large decode",
+                    decoding as f64 / 1e6,
+                    rows as f64 / 2e6,
+                    most as f64 / 1e6
+                ),
+            ));
+        }
+        let estimate = decoding.max(rgb + crate::transform::resize_working_set(w, h, geom));
+        if !gate_held && estimate > SMALL_DECODE_BYTES {
+            *guard = Some(gate.enter(estimate));
+        }
         self.rgb.clear();
-        self.rgb.resize(px * 3, 0);
+        if color == ColorType::Rgb8 {
+            self.rgb.resize(px * 3, 0);
+            dec.read_image(&mut self.rgb).map_err(perr)?;
+        } else {
+            self.aux.clear();
+            self.aux.resize(total as usize, 0);
+            dec.read_image(&mut self.aux).map_err(perr)?;
+            self.rgb.resize(px * 3, 0);
+        }
         let src = &self.aux;
         let dst = &mut self.rgb;
         match color {
-            ColorType::Rgb8 => dst.copy_from_slice(&src[..px * 3]),
+            ColorType::Rgb8 => {}
             ColorType::Rgba8 => expand(src, dst, 4, |p| [p[0], p[1], p[2]]),
             ColorType::L8 => expand(src, dst, 1, |p| [p[0]; 3]),
             ColorType::La8 => expand(src, dst, 2, |p| [p[0]; 3]),
@@ -630,6 +689,9 @@ impl Decoder {
                     format!("PNG colour type {other:?} is not supported"),
                 ))
             }
+        }
+        if self.aux.capacity() as u64 > RETAIN_BYTES {
+            self.aux = Vec::new();
         }
         let orientation = if self.settings.apply_exif {
             header::png_exif_orientation(bytes).unwrap_or(1)
@@ -717,6 +779,11 @@ pub(crate) fn cmyk_to_rgb(src: &[u8], dst: &mut [u8], adobe_inverted: bool) {
 }
 
 /// Estimated peak bytes of decoding one JPEG at scale `1/scale`.
+/// Bytes of a `w`×`h` RGB8 image.
+fn rgb_bytes(w: u32, h: u32) -> u64 {
+    u64::from(w) * u64::from(h) * 3
+}
+
 pub(crate) fn jpeg_working_set(info: &JpegInfo, scale: u32, turbo: bool) -> u64 {
     let (w, h) = (u64::from(info.width), u64::from(info.height));
     let s = u64::from(scale);

@@ -144,11 +144,43 @@ pub(crate) use resample::RETAINED_BYTES as RESIZE_RETAINED_BYTES;
 /// (0: caches from before it was recorded, whose samples fast_image_resize made.)
 pub(crate) const RESAMPLER_VERSION: u8 = 1;
 
+/// A source axis longer than this (only a PNG can have one: JPEG sides stop at 65,535) is
+/// first averaged down by whole boxes to 16 times the output, so the filter taps, which grow
+/// with the source length (about 20 bytes a source pixel), stay small: a 100,000,000×1 PNG
+/// needed 2 GB of them.
+const BOX_ABOVE: u32 = 65_536;
+
+/// A reduced image over this size is freed after use.
+const RETAIN_REDUCED_BYTES: usize = 1 << 20;
+
+/// An upper bound of the memory resizing a `w`×`h` decoded image to `geom` takes besides the
+/// image itself: the resampler's intermediate (at most the larger of the source and the
+/// output, and at most one output side's rows of either pass), the box-reduced copy of an
+/// over-long source, and the filter taps.
+pub(crate) fn resize_working_set(w: u32, h: u32, geom: &Geometry) -> u64 {
+    let (w, h) = (u64::from(w), u64::from(h));
+    let side = u64::from(geom.width.max(geom.height));
+    let src = w * h * 3;
+    let out = side * side * 3;
+    let tmp = (3 * side * (w + h)).min(src.max(out));
+    let reduced = if w > u64::from(BOX_ABOVE) || h > u64::from(BOX_ABOVE) {
+        src / 2
+    } else {
+        0
+    };
+    // Taps: about 20 bytes a source pixel of each axis (weights, packed pairs, the planar
+    // plan), the orientation copy and planes of one row.
+    let taps = 20 * (w.min(u64::from(BOX_ABOVE)) + h.min(u64::from(BOX_ABOVE)));
+    tmp + reduced + taps + out
+}
+
 /// A per-worker resizer with its scratch buffers.
 #[derive(Default)]
 pub(crate) struct Resizer {
     inner: resample::Resampler,
     tmp: Vec<u8>,
+    /// The box-averaged copy of a source with an axis over [`BOX_ABOVE`].
+    reduced: Vec<u8>,
 }
 
 impl Resizer {
@@ -214,16 +246,77 @@ impl Resizer {
         .covered_region(sw, sh, w, h);
         let within_2x = region.0 <= 2.0 * f64::from(w) && region.1 <= 2.0 * f64::from(h);
         let antialias = filter == ResizeFilter::Antialiased || !within_2x;
-        let source = resample::Source {
-            rgb: src.rgb,
-            width: sw as usize,
-            height: sh as usize,
-            x: ((f64::from(sw) - region.0) / 2.0, region.0),
-            y: ((f64::from(sh) - region.1) / 2.0, region.1),
+        // Whole boxes to average an over-long axis by (1: none).
+        let factor = |len: u32, region: f64, out: u32| {
+            if len > BOX_ABOVE && region > 16.0 * f64::from(out) {
+                (region / (16.0 * f64::from(out))).floor().max(1.0) as usize
+            } else {
+                1
+            }
         };
-        self.inner
-            .resample(&source, w as usize, h as usize, antialias, out)
+        let (fx, fy) = (factor(sw, region.0, w), factor(sh, region.1, h));
+        let mut reduced = std::mem::take(&mut self.reduced);
+        let (rgb, rw, rh) = if fx > 1 || fy > 1 {
+            let (rw, rh) = box_reduce(src.rgb, sw as usize, sh as usize, fx, fy, &mut reduced);
+            (&reduced[..], rw, rh)
+        } else {
+            (src.rgb, sw as usize, sh as usize)
+        };
+        let (fxf, fyf) = (fx as f64, fy as f64);
+        let source = resample::Source {
+            rgb,
+            width: rw,
+            height: rh,
+            x: ((f64::from(sw) - region.0) / 2.0 / fxf, region.0 / fxf),
+            y: ((f64::from(sh) - region.1) / 2.0 / fyf, region.1 / fyf),
+        };
+        let r = self
+            .inner
+            .resample(&source, w as usize, h as usize, antialias, out);
+        if reduced.capacity() > RETAIN_REDUCED_BYTES {
+            reduced = Vec::new();
+        }
+        self.reduced = reduced;
+        r
     }
+}
+
+/// Averages `src` (`w`×`h` RGB8) over boxes of `fx`×`fy` pixels into `out` (the last boxes
+/// of a row or column hold what is left); returns the reduced size.
+fn box_reduce(
+    src: &[u8],
+    w: usize,
+    h: usize,
+    fx: usize,
+    fy: usize,
+    out: &mut Vec<u8>,
+) -> (usize, usize) {
+    let (rw, rh) = (w.div_ceil(fx), h.div_ceil(fy));
+    out.clear();
+    out.reserve(rw * rh * 3);
+    let mut sums = vec![0u64; rw * 3];
+    for by in 0..rh {
+        sums.fill(0);
+        let rows = by * fy..((by + 1) * fy).min(h);
+        let n_rows = rows.len();
+        for y in rows {
+            let row = &src[y * w * 3..(y + 1) * w * 3];
+            for (x, px) in row.chunks_exact(3).enumerate() {
+                let s = &mut sums[x / fx * 3..x / fx * 3 + 3];
+                for c in 0..3 {
+                    s[c] += u64::from(px[c]);
+                }
+            }
+        }
+        for bx in 0..rw {
+            let n = (((bx + 1) * fx).min(w) - bx * fx) * n_rows;
+            let n = n as u64;
+            for c in 0..3 {
+                out.push(((sums[bx * 3 + c] + n / 2) / n) as u8);
+            }
+        }
+    }
+    (rw, rh)
 }
 
 /// Applies EXIF orientation `o` (2..=8) to a `w`×`h` RGB8 image. For 5..=8 the output is
@@ -486,6 +579,62 @@ impl BatchStorage {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn box_reduce_averages_whole_boxes_and_what_is_left() {
+        // 5x3 pixels in boxes of 2x2: the last column and row are partial boxes.
+        let src: Vec<u8> = (0..5 * 3 * 3).map(|i| (i * 7 % 251) as u8).collect();
+        let mut out = Vec::new();
+        assert_eq!(box_reduce(&src, 5, 3, 2, 2, &mut out), (3, 2));
+        for (by, bx, c) in
+            (0..2).flat_map(|y| (0..3).flat_map(move |x| (0..3).map(move |c| (y, x, c))))
+        {
+            let mut sum = 0u32;
+            let mut n = 0u32;
+            for y in by * 2..(by * 2 + 2).min(3) {
+                for x in bx * 2..(bx * 2 + 2).min(5) {
+                    sum += u32::from(src[(y * 5 + x) * 3 + c]);
+                    n += 1;
+                }
+            }
+            assert_eq!(u32::from(out[(by * 3 + bx) * 3 + c]), (sum + n / 2) / n);
+        }
+    }
+
+    #[test]
+    fn a_source_axis_over_the_box_limit_resizes_through_a_box_reduction() {
+        // 70,000x2 -> 160x160: boxes of 27 columns first (70,000 / (16 x 160)). On a gradient
+        // it matches the direct resample (taps over all 70,000 columns) within a level.
+        let (w, h) = (70_000u32, 2u32);
+        let rgb: Vec<u8> = (0..h as usize)
+            .flat_map(|_| (0..w as usize).flat_map(|x| [(x * 255 / 69_999) as u8, 7, 200]))
+            .collect();
+        let d = Decoded {
+            rgb: &rgb,
+            width: w,
+            height: h,
+            orientation: 1,
+        };
+        let g = geom(160, 160, ResizeMode::Stretch);
+        let mut r = Resizer::new();
+        let mut out = vec![0u8; g.sample_len()];
+        r.resize_orient(&d, &g, &mut out).unwrap();
+        let direct = resample::Source {
+            rgb: &rgb,
+            width: w as usize,
+            height: h as usize,
+            x: (0.0, f64::from(w)),
+            y: (0.0, f64::from(h)),
+        };
+        let mut want = vec![0u8; g.sample_len()];
+        resample::Resampler::new()
+            .resample(&direct, 160, 160, true, &mut want)
+            .unwrap();
+        assert!(out.iter().zip(&want).all(|(a, b)| a.abs_diff(*b) <= 1));
+        assert!(r.reduced.capacity() > 0, "reduced by boxes");
+        assert!(r.reduced.capacity() <= RETAIN_REDUCED_BYTES);
+        assert!(resize_working_set(w, h, &g) < 20_000_000);
+    }
 
     fn geom(w: u32, h: u32, mode: ResizeMode) -> Geometry {
         Geometry {

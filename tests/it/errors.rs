@@ -1331,3 +1331,63 @@ fn jpeg_warnings_about_metadata_pass_and_damaged_data_is_named_unless_accepted()
         );
     }
 }
+
+#[test]
+fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
+    // The filter taps of a resize grow with the source's length (about 20 bytes a source
+    // pixel): a 100,000,000x1 PNG (0.8 MB of file, within max_pixels) took 2-3 GB of them and
+    // its decode 1.6 GB of rows. Now an axis over 65,536 pixels is first averaged down by
+    // whole boxes, and a PNG whose decode would not fit the budget's large-decode share is
+    // refused from its header. The child measures; the parent writes the files.
+    const NAME: &str =
+        "errors::a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused";
+    let w = 20_000_000usize;
+    let dir_of = |pid: u32| std::env::temp_dir().join(format!("imagefeed-it-wide-{pid}"));
+    let child = std::env::var("IMAGEFEED_IT_CHILD").as_deref() == Ok(NAME);
+    if !child {
+        let dir = dir_of(std::process::id());
+        std::fs::create_dir_all(&dir).unwrap();
+        let flat: Vec<u8> = [10u8, 120, 240].repeat(w);
+        std::fs::write(dir.join("flat.png"), common::encode_png(&flat, w as u32, 1)).unwrap();
+        drop(flat);
+        // A 100,000,000x1 RGBA16 header (its data never read): rows of 800 MB.
+        let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
+        png[16..20].copy_from_slice(&100_000_000u32.to_be_bytes());
+        png[20..24].copy_from_slice(&1u32.to_be_bytes());
+        png[24..26].copy_from_slice(&[16, 6]);
+        let crc = common::crc32(&png[12..29]);
+        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        std::fs::write(dir.join("wide16.png"), &png).unwrap();
+        let passed = std::panic::catch_unwind(|| common::runs_in_child(NAME));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!passed.unwrap());
+        return;
+    }
+    let dir = dir_of(std::os::unix::process::parent_id());
+    let before = imagefeed::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let px = common::load_one(&dir.join("flat.png"), |b| b).unwrap();
+    let grew = imagefeed::procinfo::peak_rss_bytes()
+        .unwrap()
+        .saturating_sub(before);
+    println!(
+        "a 20,000,000x1 PNG: peak RSS grew {:.1} MB",
+        grew as f64 / 1e6
+    );
+    assert!(
+        px.chunks_exact(3).all(|p| p == [10, 120, 240]),
+        "a flat image stays flat"
+    );
+    // The decoded image (60 MB) and the png crate's two rows (120 MB); the taps were 400 MB.
+    assert!(
+        grew < 260_000_000,
+        "peak RSS grew {:.1} MB",
+        grew as f64 / 1e6
+    );
+    let wide16 = dir.join("wide16.png");
+    let e = expect_file_error(&wide16, |b| b);
+    assert!(
+        e.to_string()
+            .contains("PNG of 100000000x1 needs about 2700 MB to decode"),
+        "{e}"
+    );
+}

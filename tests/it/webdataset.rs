@@ -446,7 +446,11 @@ fn labels_apart_from_their_images_or_given_twice_are_errors_and_hard_links_are_r
         .unwrap();
     let batch: Batch = loader.epoch(0).next().unwrap().unwrap();
     let px = batch.as_u8().unwrap();
-    assert_eq!(px[..px.len() / 2], px[px.len() / 2..], "the link reads a.jpg");
+    assert_eq!(
+        px[..px.len() / 2],
+        px[px.len() / 2..],
+        "the link reads a.jpg"
+    );
     let sym = write(
         d,
         "sym.tar",
@@ -459,7 +463,9 @@ fn labels_apart_from_their_images_or_given_twice_are_errors_and_hard_links_are_r
         "dangling.tar",
         &shard(link("b.jpg", "z.jpg", tar::EntryType::Link)),
     );
-    let e = Source::from_tar_shards([&dangling]).unwrap_err().to_string();
+    let e = Source::from_tar_shards([&dangling])
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("`b.jpg` is a hard link to `z.jpg`, which is not an earlier image"),
         "{e}"
