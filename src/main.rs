@@ -486,6 +486,17 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             .into());
         }
     }
+    // Nor any other file it did not write (a sample, a shard of the source): an existing
+    // output must hold what that option writes.
+    if let Some(p) = &a.indices_out {
+        replaceable(p, Output::Indices)?;
+    }
+    if let Some(p) = &a.state_out {
+        replaceable(p, Output::State)?;
+    }
+    if a.sweep {
+        replaceable(&a.sweep_svg, Output::Svg)?;
+    }
     let source = Source::open(&a.source)?;
     let default_shuffle_buffer = match source.kind() {
         SourceKind::TarShards => 1000,
@@ -936,6 +947,78 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(1 << shift))
         .ok_or_else(|| format!("`{text}` is not a byte count such as 8G, 512M or 1000000"))
+}
+
+/// What an output option writes.
+#[derive(Clone, Copy)]
+enum Output {
+    /// `--indices-out`: one sample index a line.
+    Indices,
+    /// `--state-out`: one loader state line.
+    State,
+    /// `--sweep-svg`: the sweep's plot.
+    Svg,
+}
+
+/// Refuses to let an output option replace a file it did not write: `path` may be missing,
+/// empty, a stream (a pipe, a character device such as `/dev/null`), or a regular file holding
+/// what that option writes. Anything else (an image, a shard, a list) is left alone.
+fn replaceable(path: &std::path::Path, kind: Output) -> Result<(), AnyError> {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+    };
+    let t = meta.file_type();
+    if t.is_fifo() || t.is_char_device() || (t.is_file() && meta.len() == 0) {
+        return Ok(());
+    }
+    let (option, what) = match kind {
+        Output::Indices => ("--indices-out", "one sample index a line"),
+        Output::State => ("--state-out", "a loader state"),
+        Output::Svg => ("--sweep-svg", "a sweep plot"),
+    };
+    let refuse = || -> AnyError {
+        format!(
+            "{}: exists and does not hold what {option} writes ({what}); imagefeed does not \
+             replace files it did not write: remove it or choose another file",
+            path.display()
+        )
+        .into()
+    };
+    if !t.is_file() {
+        return Err(refuse());
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let ours = match kind {
+        Output::Indices => {
+            // Read through, stopping at the first byte an index file cannot hold.
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match file.read(&mut buf) {
+                    Ok(0) => break true,
+                    Ok(n) if buf[..n].iter().all(|b| b.is_ascii_digit() || *b == b'\n') => {}
+                    Ok(_) => break false,
+                    Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+                }
+            }
+        }
+        Output::State => read_state(path).is_ok(),
+        Output::Svg => {
+            let mut head = Vec::new();
+            file.take(1024)
+                .read_to_end(&mut head)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            String::from_utf8_lossy(&head).contains("imagefeed bench --sweep")
+        }
+    };
+    if ours {
+        Ok(())
+    } else {
+        Err(refuse())
+    }
 }
 
 /// Whether `a` and `b` name the same existing file.

@@ -1024,6 +1024,53 @@ fn cli_outputs_never_replace_an_input() {
 }
 
 #[test]
+fn cli_outputs_replace_only_what_they_wrote() {
+    // Nor a sample of the source, or any other file: an existing output file must be empty or
+    // hold what that option writes. (`--state-out img.jpg` replaced a sample with a state
+    // line; `--indices-out` naming a shard of the source truncated it.)
+    let dir = tempfile::tempdir().unwrap();
+    let (list, _) = small_list(dir.path());
+    let sample = std::fs::read_to_string(&list).unwrap();
+    let sample = PathBuf::from(sample.lines().next().unwrap().split('\t').next().unwrap());
+    let image = dir.path().join("photo.jpg");
+    std::fs::copy(&sample, &image).unwrap();
+    let before = std::fs::read(&image).unwrap();
+    let run = |flag: &str, out: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+            .args(["bench", list.to_str().unwrap(), "--batch-size", "4"])
+            .args(["--max-batches", "1", flag, out.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    for flag in ["--indices-out", "--state-out"] {
+        let out = run(flag, &image);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: {err}");
+        assert!(
+            err.contains("photo.jpg") && err.contains("does not replace files it did not write"),
+            "{flag}: {err}"
+        );
+        assert_eq!(std::fs::read(&image).unwrap(), before, "{flag}");
+    }
+    // What the options wrote before is replaced: a second run over the same files succeeds.
+    let (indices, state) = (dir.path().join("seen.txt"), dir.path().join("state.txt"));
+    for _ in 0..2 {
+        for (flag, p) in [("--indices-out", &indices), ("--state-out", &state)] {
+            let out = run(flag, p);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(&indices).unwrap().lines().count(),
+        4
+    );
+}
+
+#[test]
 fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
     // Without a host_memory_limit of the user's, the machine's memory (or the container's
     // cgroup limit) is the limit: `--threads 10000` or 8192x8192 batches fail in build,
