@@ -371,7 +371,9 @@ impl Source {
     /// - another file: [`Source::from_list_file`].
     ///
     /// # Errors
-    /// As the constructor chosen.
+    /// As the constructor chosen, and [`ErrorKind::Source`](crate::ErrorKind::Source) for a
+    /// folder holding both `.tar` files and class folders of images (reading either kind
+    /// would drop the other's samples or labels without a word).
     pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
         if let Some(url) = path.to_str().filter(|s| crate::shards::looks_like_url(s)) {
@@ -381,10 +383,24 @@ impl Source {
         if meta.is_dir() {
             let shards = crate::shards::tar_files_in(path)?;
             if shards.is_empty() {
-                Source::from_dir(path)
-            } else {
-                Source::from_tar_shards(shards)
+                return Source::from_dir(path);
             }
+            // Shards beside class folders (the archive the folders came from, say): reading
+            // either would drop the other's samples, or their labels, without a word.
+            if let Some(class) = class_folder_with_images(path)? {
+                let shard = shards[0].file_name().unwrap_or_default().to_string_lossy();
+                return Err(Error::source(
+                    path,
+                    format!(
+                        "holds both tar shards ({shard}{}) and class folders ({}/ holds images): \
+                         move one kind out, or open them explicitly with Source::from_tar_shards \
+                         or Source::from_dir",
+                        if shards.len() > 1 { ", ..." } else { "" },
+                        shown(class.as_encoded_bytes())
+                    ),
+                ));
+            }
+            Source::from_tar_shards(shards)
         } else if crate::shards::is_tar_name(&path.to_string_lossy()) {
             Source::from_tar_shards([path])
         } else {
@@ -662,6 +678,26 @@ fn collect_entries(
         }
     }
     Ok(())
+}
+
+/// The first visible sub-folder of `dir` that holds an image file directly, if any.
+fn class_folder_with_images(dir: &Path) -> Result<Option<std::ffi::OsString>, Error> {
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        if is_hidden(&name) || !entry.path().is_dir() {
+            continue;
+        }
+        let Ok(inner) = std::fs::read_dir(entry.path()) else {
+            continue;
+        };
+        for e in inner.flatten() {
+            if !is_hidden(&e.file_name()) && has_image_extension(&e.path()) {
+                return Ok(Some(name));
+            }
+        }
+    }
+    Ok(None)
 }
 
 pub(crate) fn has_image_extension(p: &Path) -> bool {

@@ -473,6 +473,35 @@ fn labels_apart_from_their_images_or_given_twice_are_errors_and_hard_links_are_r
 }
 
 #[test]
+fn a_folder_of_both_shards_and_class_folders_is_an_error_naming_both() {
+    // The archive the class folders were extracted from, left beside them: read as shards,
+    // the class folders were dropped and every label was 0.
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for class in ["cat", "dog"] {
+        std::fs::create_dir(d.join(class)).unwrap();
+        std::fs::write(d.join(class).join("a.jpg"), &jpg).unwrap();
+    }
+    write(
+        d,
+        "data.tar",
+        &tar_of(&[("cat/a.jpg", &jpg), ("dog/a.jpg", &jpg)]),
+    );
+    let e = Source::open(d).unwrap_err().to_string();
+    assert!(
+        e.contains("holds both tar shards (data.tar)") && e.contains("class folders"),
+        "{e}"
+    );
+    // Shards beside a folder without images (logs, say) are shards.
+    std::fs::remove_dir_all(d.join("cat")).unwrap();
+    std::fs::remove_dir_all(d.join("dog")).unwrap();
+    std::fs::create_dir(d.join("logs")).unwrap();
+    std::fs::write(d.join("logs").join("run.txt"), b"x").unwrap();
+    assert_eq!(Source::open(d).unwrap().kind(), SourceKind::TarShards);
+}
+
+#[test]
 fn issue_7_a_corrupt_member_is_a_sample_error_naming_shard_and_member() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
