@@ -243,6 +243,8 @@ pub(crate) fn decode_record(
 #[derive(Debug)]
 pub(crate) struct CacheMap {
     map: Mmap,
+    /// The mapped file, to notice it shrinking under the mapping.
+    file: File,
     pub(crate) header: Header,
 }
 
@@ -283,7 +285,16 @@ impl CacheMap {
         {
             let _ = map.advise(memmap2::Advice::Random);
         }
-        Ok(Ok(CacheMap { map, header }))
+        Ok(Ok(CacheMap { map, file, header }))
+    }
+
+    /// Whether the mapped file still holds every mapped byte. Another program truncating it
+    /// (imagefeed only ever renames a new cache over an old one) would make reading the lost
+    /// pages fault.
+    pub(crate) fn still_whole(&self) -> bool {
+        self.file
+            .metadata()
+            .is_ok_and(|m| m.len() >= self.map.len() as u64)
     }
 
     /// The bytes of record `i`, or `None` if out of range.

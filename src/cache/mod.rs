@@ -95,11 +95,10 @@ fn resolve_link(path: &Path) -> Result<PathBuf, Error> {
     ))
 }
 
-/// Refuses to use `path` (the cache, or with `partial` its `.partial` file) if it holds
-/// anything but an imagefeed cache: writing the cache replaces that file, and the loader never
-/// replaces what the user keeps there. Missing and empty files are fine; a `.partial` may also
-/// be all zeros at its start (a writer stopped between sizing it and writing its header).
-fn check_replaceable(path: &Path, partial: bool) -> Result<(), Error> {
+/// Refuses to use `path` (the cache or its `.partial` file) if it holds anything but an
+/// imagefeed cache: writing the cache replaces that file, and the loader never replaces what
+/// the user keeps there. Missing and empty files are fine.
+fn check_replaceable(path: &Path) -> Result<(), Error> {
     let refuse = |found: String| {
         Err(Error::config(
             "cache",
@@ -127,7 +126,9 @@ fn check_replaceable(path: &Path, partial: bool) -> Result<(), Error> {
     File::open(path)
         .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 8), &mut head))
         .map_err(|e| Error::io(path, e))?;
-    if head == format::MAGIC || (partial && head == [0; 8]) {
+    // A stopped writer leaves an empty `.partial` or one that starts with the header (it is
+    // written before the file is sized), so a file of zeros is somebody else's (a disk image).
+    if head == format::MAGIC {
         return Ok(());
     }
     refuse(format!(
@@ -162,8 +163,8 @@ impl Cache {
         // really lives, and refuse to replace anything that is not a cache of ours.
         let path = &resolve_link(path)?;
         let partial = with_suffix(path, ".partial");
-        check_replaceable(path, false)?;
-        check_replaceable(&partial, true)?;
+        check_replaceable(path)?;
+        check_replaceable(&partial)?;
         let header = Header {
             height: cfg.height,
             width: cfg.width,
@@ -197,8 +198,19 @@ impl Cache {
 
     /// Opens `PATH` if it is a complete cache matching this loader; logs why not otherwise.
     fn open_complete(&self) -> Result<Option<Arc<CacheMap>>, Error> {
-        if let Some(map) = self.lock_state().clone() {
-            return Ok(Some(map));
+        {
+            let mut state = self.lock_state();
+            match state.as_ref() {
+                Some(map) if map.still_whole() => return Ok(Some(map.clone())),
+                Some(_) => {
+                    log::warn!(
+                        "cache {} shrank while in use (another program truncated it); it is read again",
+                        self.path.display()
+                    );
+                    *state = None;
+                }
+                None => {}
+            }
         }
         if !self.path.exists() {
             return Ok(None);
@@ -399,10 +411,12 @@ impl Writer {
             .write(true)
             .open(partial)
             .map_err(|e| Error::io(partial, e))?;
-        // Sparse until written; the footer goes at the end only on commit.
+        // The header first, so a writer stopped at any point leaves an empty file or one that
+        // starts with it (never a file of zeros, which could be anybody's); then sparse until
+        // written; the footer goes at the end only on commit.
+        write_at(&file, &header.encode(), 0).map_err(|e| Error::io(partial, e))?;
         file.set_len(header.file_len().unwrap_or(0) - FOOTER_LEN)
             .map_err(|e| Error::io(partial, e))?;
-        write_at(&file, &header.encode(), 0).map_err(|e| Error::io(partial, e))?;
         log::info!("cache {}: writing {} samples", path.display(), header.count);
         Ok(Writer {
             file,

@@ -220,6 +220,31 @@ fn refused(list: &Path, cache: &Path, says: &str) {
 }
 
 #[test]
+fn a_cache_truncated_between_epochs_is_noticed_not_a_crash() {
+    // The complete cache is mapped once and read by every later epoch: truncated by another
+    // program, the next read of a lost page would fault (SIGBUS). Each epoch checks first.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("train.cache");
+    let loader = builder(source(16)).cache(&cache).build().unwrap();
+    let first = run_epoch(&loader, 0);
+    run_epoch(&loader, 1);
+    assert!(loader.stats().from_cache);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cache)
+        .unwrap();
+    f.set_len(8192).unwrap();
+    drop(f);
+    // Read from the source again (and the cache rewritten), same batches as the first epoch's
+    // order would give for this epoch.
+    let again = run_epoch(&loader, 0);
+    assert!(!loader.stats().from_cache, "{:?}", loader.stats());
+    same_batches(&first, &again);
+    run_epoch(&loader, 2);
+    assert!(std::fs::metadata(&cache).unwrap().len() > 8192, "rebuilt");
+}
+
+#[test]
 fn issue_3_the_cache_never_replaces_what_is_not_a_cache() {
     // Writing a cache renames PATH.partial over PATH. `--cache` pointed at a file the user
     // keeps (or at /dev/zero, as root) used to replace it.
@@ -234,6 +259,12 @@ fn issue_3_the_cache_never_replaces_what_is_not_a_cache() {
     std::fs::write(&partial, b"mine").unwrap();
     refused(&list, &d.join("c.cache"), "c.cache.partial");
     assert_eq!(std::fs::read(&partial).unwrap(), b"mine");
+    // One that starts with zeros, as disk images and preallocated files do (it was taken for
+    // a writer stopped before its header, and replaced).
+    let image = [vec![0u8; 32 << 10], b"CD001 data".to_vec()].concat();
+    std::fs::write(&partial, &image).unwrap();
+    refused(&list, &d.join("c.cache"), "c.cache.partial");
+    assert_eq!(std::fs::read(&partial).unwrap(), image);
     std::fs::remove_file(&partial).unwrap();
     // A directory (nothing may appear beside it, such as `DIR.partial`).
     let sub = d.join("sub");
