@@ -309,7 +309,9 @@ pub struct MemoryBudget {
     /// `u8` samples in flight between decode and batcher: the reorder window and one batch's
     /// samples waiting to be normalized.
     pub in_flight_bytes: u64,
-    /// The shuffle buffer (`shuffle_buffer` × one `u8` sample).
+    /// The shuffle buffer: `shuffle_buffer` × one `u8` sample for a source read in order (tar
+    /// shards); for random-access sources, which shuffle indices before decoding, 4 bytes an
+    /// index and never more indices than the source has.
     pub shuffle_buffer_bytes: u64,
     /// Per-thread decode buffers kept between images (file bytes, pixels, the resize's
     /// intermediate image and filter taps).
@@ -329,34 +331,57 @@ pub struct MemoryBudget {
 }
 
 impl MemoryBudget {
-    /// The sum of all parts.
+    /// The sum of all parts (saturating: settings too large to count sum to `u64::MAX`).
     pub fn total(&self) -> u64 {
-        self.index_bytes
-            + self.in_flight_bytes
-            + self.shuffle_buffer_bytes
-            + self.decode_scratch_bytes
-            + self.large_image_bytes
-            + self.batch_bytes
-            + self.fetch_bytes
+        [
+            self.index_bytes,
+            self.in_flight_bytes,
+            self.shuffle_buffer_bytes,
+            self.decode_scratch_bytes,
+            self.large_image_bytes,
+            self.batch_bytes,
+            self.fetch_bytes,
+        ]
+        .into_iter()
+        .fold(0u64, u64::saturating_add)
     }
 
     pub(crate) fn compute(cfg: &Config, source: &Source) -> MemoryBudget {
+        // Saturating throughout: a shuffle buffer of 2^62 samples must fail the memory check,
+        // not wrap around to a few kilobytes and pass it.
         let sample = cfg.sample_len() as u64;
         let threads = cfg.max_threads() as u64;
         let n = source.len() as u64;
-        let batch = (cfg.batch_elems() * cfg.dtype.size()) as u64 + cfg.batch_size as u64 * (4 + 8);
+        let batch = ((cfg.batch_elems() as u64).saturating_mul(cfg.dtype.size() as u64))
+            .saturating_add((cfg.batch_size as u64).saturating_mul(4 + 8));
+        // A random-access source's shuffle buffer holds sample indices (4 bytes), never more
+        // than the source has.
+        let shuffle_buffer_bytes = if cfg.sample_shuffle_buffer() > 0 {
+            (cfg.sample_shuffle_buffer() as u64).saturating_mul(sample)
+        } else {
+            (cfg.shuffle_buffer as u64).min(n) * 4
+        };
         MemoryBudget {
             index_bytes: source.heap_bytes() + n * 4,
-            in_flight_bytes: (cfg.reorder_window() + cfg.batch_size + 2) as u64 * sample,
-            shuffle_buffer_bytes: cfg.sample_shuffle_buffer() as u64 * sample,
-            decode_scratch_bytes: threads
-                * (RETAIN_BYTES
+            in_flight_bytes: ((cfg.reorder_window() as u64)
+                .saturating_add(cfg.batch_size as u64)
+                .saturating_add(2))
+            .saturating_mul(sample),
+            shuffle_buffer_bytes,
+            decode_scratch_bytes: threads.saturating_mul(
+                RETAIN_BYTES
                     + SMALL_DECODE_BYTES
                     + sample
-                    + crate::transform::RESIZE_RETAINED_BYTES as u64),
-            large_image_bytes: cfg.max_pixels * LARGE_BYTES_PER_PIXEL
-                + cfg.decode_settings().max_file_bytes(),
-            batch_bytes: (cfg.max_prefetch() as u64 + 3) * batch + pinned_bytes(cfg),
+                    + crate::transform::RESIZE_RETAINED_BYTES as u64,
+            ),
+            large_image_bytes: cfg
+                .max_pixels
+                .saturating_mul(LARGE_BYTES_PER_PIXEL)
+                .saturating_add(cfg.decode_settings().max_file_bytes()),
+            batch_bytes: (cfg.max_prefetch() as u64)
+                .saturating_add(3)
+                .saturating_mul(batch)
+                .saturating_add(pinned_bytes(cfg)),
             fetch_bytes: crate::fetch::byte_bound(source).unwrap_or(0),
         }
     }
@@ -896,6 +921,25 @@ mod tests {
     }
 
     #[test]
+    fn budgets_of_absurd_settings_saturate_instead_of_wrapping() {
+        // 240191980126427 samples x 76,800 bytes wrapped to 41,984 bytes and passed the
+        // memory check; the tar loader then asked for 7.7 PB.
+        let mut cfg = Config {
+            shuffle_buffer: 240_191_980_126_427,
+            sequential_source: true,
+            ..Config::default()
+        };
+        let b = MemoryBudget::compute(&cfg, &source());
+        assert_eq!((b.shuffle_buffer_bytes, b.total()), (u64::MAX, u64::MAX));
+        // Over a random-access source the buffer holds at most the source's indices.
+        cfg.sequential_source = false;
+        cfg.shuffle_buffer = usize::MAX;
+        let b = MemoryBudget::compute(&cfg, &source());
+        assert_eq!(b.shuffle_buffer_bytes, 2 * 4);
+        assert!(b.total() < u64::MAX);
+    }
+
+    #[test]
     fn memory_limit_names_what_to_lower() {
         let e = LoaderBuilder::new(source())
             .host_memory_limit(10_000_000)
@@ -927,8 +971,9 @@ mod tests {
         let more = LoaderBuilder::new(source())
             .shuffle_buffer(1000)
             .memory_budget();
-        // Files: the buffer shuffles indices before decoding, no sample is held.
-        assert_eq!(more.shuffle_buffer_bytes, base.shuffle_buffer_bytes);
+        // Files: the buffer shuffles indices before decoding, no sample is held (at most the
+        // source's two indices).
+        assert_eq!(more.shuffle_buffer_bytes, base.shuffle_buffer_bytes + 2 * 4);
         let mut cfg = Config {
             shuffle_buffer: 1000,
             sequential_source: true,

@@ -13,10 +13,11 @@ pub(crate) struct ShuffleBuffer<T> {
 }
 
 impl<T> ShuffleBuffer<T> {
-    /// A buffer of `capacity` elements (0: pass every element straight through).
+    /// A buffer of `capacity` elements (0: pass every element straight through). Room grows
+    /// with what is pushed, so a capacity beyond the input (even `usize::MAX`) costs nothing.
     pub(crate) fn new(capacity: usize, rng: Rng) -> Self {
         ShuffleBuffer {
-            items: Vec::with_capacity(capacity),
+            items: Vec::with_capacity(capacity.min(1024)),
             capacity,
             rng,
         }
