@@ -264,7 +264,8 @@ impl Source {
     /// folder unless absolute. Blank lines and lines starting with `#` are ignored; CRLF line
     /// ends and a UTF-8 byte-order mark are accepted; paths may hold any bytes but NUL.
     /// A path listed twice with the same label is kept twice (oversampling), with a warning; a
-    /// path listed twice with different labels is an error. A line with a third
+    /// path listed twice with different labels is an error (spellings differing only by `.`
+    /// components or doubled slashes, `a.jpg` and `./a.jpg`, are one path). A line with a third
     /// tab-separated field (`a.jpg<TAB>3<TAB>7`) is an error, not a path `a.jpg<TAB>3`.
     ///
     /// The list is read a line at a time, never whole: building the source takes the index it
@@ -833,7 +834,10 @@ pub(crate) fn parse_list_from(
         if index.len() >= u32::MAX as usize {
             return Err(Error::list(list, at, "more than 2^32-1 entries"));
         }
-        keyed.push((xxhash_rust::xxh3::xxh3_64(path), index.len() as u32));
+        keyed.push((
+            xxhash_rust::xxh3::xxh3_64(&lexical(path)),
+            index.len() as u32,
+        ));
         lines.push(line_no);
         index.push(path, label);
     }
@@ -870,6 +874,33 @@ fn skip_line(reader: &mut impl std::io::BufRead) -> std::io::Result<u64> {
     }
 }
 
+/// `path` with its `.` components and repeated slashes removed (`./a//b` is `a/b`): spellings
+/// of one file that differ only so are the same path to the duplicate check. (`..` is kept:
+/// through a symbolic link it need not lead back.)
+fn lexical(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let plain = !path.starts_with(b"./")
+        && !path.windows(2).any(|w| w == b"//")
+        && !path.windows(3).any(|w| w == b"/./")
+        && !path.ends_with(b"/.");
+    if plain {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut out = Vec::with_capacity(path.len());
+    if path.starts_with(b"/") {
+        out.push(b'/');
+    }
+    for part in path.split(|&b| b == b'/') {
+        if part.is_empty() || part == b"." {
+            continue;
+        }
+        if !out.is_empty() && out.last() != Some(&b'/') {
+            out.push(b'/');
+        }
+        out.extend_from_slice(part);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Finds paths listed more than once (`keyed`: each entry's path hash and number; `lines`:
 /// each entry's line). The same path with the same label is a duplicate (counted); with
 /// another label it is an error naming the first such line in the file and the path's first
@@ -892,14 +923,9 @@ fn check_duplicates(
         // By path, then entry: each path's first listing leads its run.
         group.clear();
         group.extend(same_hash.iter().map(|k| k.1));
-        group.sort_unstable_by(|&a, &b| {
-            index
-                .raw_path(a as usize)
-                .cmp(index.raw_path(b as usize))
-                .then(a.cmp(&b))
-        });
-        for run in group.chunk_by(|&a, &b| index.raw_path(a as usize) == index.raw_path(b as usize))
-        {
+        let key = |i: u32| lexical(index.raw_path(i as usize));
+        group.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
+        for run in group.chunk_by(|&a, &b| key(a) == key(b)) {
             let first = run[0];
             for &later in &run[1..] {
                 if index.label(later as usize) == index.label(first as usize) {
@@ -1168,6 +1194,19 @@ mod tests {
             ),
             "{err}"
         );
+        // Spellings of one path that differ only by `.` components or doubled slashes are
+        // the same path: two labels for it are a conflict too.
+        let err = parse(b"img0.jpg 1\n./img0.jpg 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("list.txt:2: `./img0.jpg` is listed again"),
+            "{err}"
+        );
+        assert!(parse(b"d//a.jpg 1\nd/./a.jpg 1\n../d/a.jpg 2\n").is_ok());
+        assert_eq!(&*lexical(b"./d//./a.jpg"), b"d/a.jpg");
+        assert_eq!(&*lexical(b"/x/./y/"), b"/x/y");
+        assert_eq!(&*lexical(b"../a.jpg"), b"../a.jpg");
         // Many listings of one path stay cheap, and all count.
         let many = b"p.jpg 3\n".repeat(100_000);
         let idx = parse(&many).unwrap();
