@@ -238,26 +238,60 @@ impl Error {
     }
 }
 
+/// A path as error messages show it: control characters (an escape sequence, a newline, a
+/// NUL byte from a list line or a tar member name) are written escaped (`\u{1b}`, `\n`), so a
+/// message never drives the terminal it is printed on.
+struct Shown<'a>(&'a std::path::Path);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Escaped(&self.0.to_string_lossy()).fmt(f)
+    }
+}
+
+/// Text with its control characters escaped, as [`Shown`] (for reasons that quote a list line
+/// or a tar member name).
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0;
+        if !text.chars().any(char::is_control) {
+            return f.write_str(text);
+        }
+        for c in text.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.0 {
-            ErrorKind::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            ErrorKind::Io { path, source } => write!(f, "{}: {source}", Shown(path)),
             ErrorKind::Remote { path, source } => write!(
                 f,
                 "{}: object storage failed after retries: {source}",
-                path.display()
+                Shown(path)
             ),
             ErrorKind::Decode { path, source } => {
-                write!(f, "{}: cannot decode image: {source}", path.display())
+                write!(f, "{}: cannot decode image: {source}", Shown(path))
             }
             ErrorKind::List { path, line, reason } => {
-                write!(f, "{}:{line}: {reason}", path.display())
+                write!(f, "{}:{line}: {}", Shown(path), Escaped(reason))
             }
-            ErrorKind::Source { path, reason } => write!(f, "{}: {reason}", path.display()),
+            ErrorKind::Source { path, reason } => {
+                write!(f, "{}: {}", Shown(path), Escaped(reason))
+            }
             ErrorKind::CorruptCache { path, detail } => write!(
                 f,
                 "{}: corrupt cache: {detail} (delete the file to rebuild it)",
-                path.display()
+                Shown(path)
             ),
             ErrorKind::InvalidConfig { setting, reason } => {
                 write!(f, "invalid setting `{setting}`: {reason}")
@@ -279,7 +313,7 @@ impl fmt::Display for Error {
                 Some(p) => write!(
                     f,
                     "{}: the {stage} thread panicked on this sample: {message}",
-                    p.display()
+                    Shown(p)
                 ),
                 None => write!(f, "the {stage} thread panicked: {message}"),
             },
@@ -321,6 +355,19 @@ impl std::error::Error for DecodeFailure {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_escape_control_characters_of_paths_and_quoted_names() {
+        let e = Error::source("data/\u{1b}[2Jx.tar", "member `a\nb.jpg`: \0 inside");
+        assert_eq!(
+            e.to_string(),
+            "data/\\u{1b}[2Jx.tar: member `a\\nb.jpg`: \\u{0} inside"
+        );
+        let e = Error::list("list.txt", 3, "`x\ty.jpg` is listed again");
+        assert_eq!(e.to_string(), "list.txt:3: `x\\ty.jpg` is listed again");
+        // Plain text is untouched.
+        assert_eq!(Error::source("a b.tar", "ok").to_string(), "a b.tar: ok");
+    }
 
     #[test]
     fn error_is_one_pointer_wide() {

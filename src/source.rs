@@ -989,11 +989,23 @@ const MAX_PATH_BYTES: usize = 4096;
 pub(crate) fn shown(bytes: &[u8]) -> String {
     const KEEP: usize = 120;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(KEEP * 4)]);
+    // Control characters escaped: a message never drives the terminal it is printed on.
+    let escape = |t: &str| -> String {
+        t.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    };
     if bytes.len() <= KEEP * 4 && text.chars().count() <= KEEP {
-        return text.into_owned();
+        return escape(&text);
     }
     let cut: String = text.chars().take(KEEP).collect();
-    format!("{cut}... ({} bytes in all)", bytes.len())
+    format!("{}... ({} bytes in all)", escape(&cut), bytes.len())
 }
 
 fn parse_label(field: &[u8]) -> Result<u32, String> {
