@@ -609,35 +609,28 @@ mod avx2 {
         m
     }
 
-    /// [`deinterleave_mask`] for every channel (outer) and part (inner).
-    static DEINTERLEAVE: [[[u8; 16]; 3]; 3] = {
+    /// [`interleave_mask`] (or with `split`, [`deinterleave_mask`]) for every channel (outer)
+    /// and part (inner).
+    const fn masks(split: bool) -> [[[u8; 16]; 3]; 3] {
         let mut t = [[[0u8; 16]; 3]; 3];
         let mut ch = 0;
         while ch < 3 {
             let mut part = 0;
             while part < 3 {
-                t[ch][part] = deinterleave_mask(ch, part);
+                t[ch][part] = if split {
+                    deinterleave_mask(ch, part)
+                } else {
+                    interleave_mask(ch, part)
+                };
                 part += 1;
             }
             ch += 1;
         }
         t
-    };
+    }
 
-    /// [`interleave_mask`] for every part (outer) and channel (inner).
-    static INTERLEAVE: [[[u8; 16]; 3]; 3] = {
-        let mut t = [[[0u8; 16]; 3]; 3];
-        let mut part = 0;
-        while part < 3 {
-            let mut ch = 0;
-            while ch < 3 {
-                t[part][ch] = interleave_mask(ch, part);
-                ch += 1;
-            }
-            part += 1;
-        }
-        t
-    };
+    static DEINTERLEAVE: [[[u8; 16]; 3]; 3] = masks(true);
+    static INTERLEAVE: [[[u8; 16]; 3]; 3] = masks(false);
 
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -766,16 +759,16 @@ mod avx2 {
         let bytes = |a: __m256i, b: __m256i| {
             let s = _mm256_packs_epi32(a, b);
             let (lo, hi) = match P {
-                // [a0-3 b0-3 | a4-7 b4-7] as i16 pairs: dwords 0 1 4 5 2 3 6 7 in order.
-                2 => {
-                    let s =
-                        _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-                    (_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
-                }
-                // [a01 a45 b01 b45 | a23 a67 b23 b67]
-                4 => {
-                    let s =
-                        _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                // As i16 pairs (dwords), P = 2 gives [a0-3 b0-3 | a4-7 b4-7], in order dwords
+                // 0 1 4 5 2 3 6 7; P = 4 gives [a01 a45 b01 b45 | a23 a67 b23 b67], in order
+                // 0 4 1 5 2 6 3 7.
+                2 | 4 => {
+                    let order = if P == 2 {
+                        _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)
+                    } else {
+                        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)
+                    };
+                    let s = _mm256_permutevar8x32_epi32(s, order);
                     (_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
                 }
                 // [a0 a2 a4 a6 b0 b2 b4 b6 | a1 a3 a5 a7 b1 b3 b5 b7]
@@ -795,13 +788,10 @@ mod avx2 {
             ];
             let mut rgb = [_mm_setzero_si128(); 3];
             for (part, v) in rgb.iter_mut().enumerate() {
-                let t = &INTERLEAVE[part];
+                let t = |ch: usize| mask(&INTERLEAVE[ch][part]);
                 *v = _mm_or_si128(
-                    _mm_or_si128(
-                        _mm_shuffle_epi8(px[0], mask(&t[0])),
-                        _mm_shuffle_epi8(px[1], mask(&t[1])),
-                    ),
-                    _mm_shuffle_epi8(px[2], mask(&t[2])),
+                    _mm_or_si128(_mm_shuffle_epi8(px[0], t(0)), _mm_shuffle_epi8(px[1], t(1))),
+                    _mm_shuffle_epi8(px[2], t(2)),
                 );
             }
             let dst = &mut out[c * 48..];
