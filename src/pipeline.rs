@@ -355,7 +355,9 @@ pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
 /// How many samples one rank's plan holds (see [`plan`]).
 fn share_len(cfg: &Config, len: usize) -> usize {
     let (rank, world) = (cfg.rank, cfg.world_size);
-    let own = (len - rank).div_ceil(world); // this rank's disjoint share
+    // This rank's disjoint share: positions rank, rank + world, ... below len (none for a rank
+    // past the end of a source smaller than the world).
+    let own = len.saturating_sub(rank).div_ceil(world);
     match cfg.shard_padding {
         ShardPadding::Repeat => len.div_ceil(world),
         ShardPadding::Drop => len / world,

@@ -139,6 +139,14 @@ impl Store {
     }
 
     fn error(&self, key: &str, e: object_store::Error) -> Error {
+        if let object_store::Error::InvalidPath { .. } = &e {
+            // A listed key object_store refuses (a control character in it): not a failure of
+            // the store, and no retry would help.
+            return Error::source(
+                self.url_of(key),
+                format!("the store holds an object key imagefeed cannot use: {e}; rename or remove that object"),
+            );
+        }
         let kind = match &e {
             object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
             object_store::Error::PermissionDenied { .. }
@@ -177,7 +185,7 @@ impl Store {
 
     /// Every object under `prefix` (recursively), sorted by key; keys relative to `prefix`.
     pub(crate) fn list(&self, prefix: &str) -> Result<Vec<Listed>, Error> {
-        let path = ObjectPath::from(prefix);
+        let path = object_path(prefix);
         let base = path.as_ref().len();
         let mut out: Vec<Listed> = self
             .rt
@@ -206,7 +214,7 @@ impl Store {
         };
         let result = self
             .rt
-            .block_on(self.store.get_opts(&ObjectPath::from(key), options))
+            .block_on(self.store.get_opts(&object_path(key), options))
             .map_err(|e| self.error(key, e))?;
         let m = result.meta;
         Ok((m.size, m.last_modified.timestamp_nanos_opt().unwrap_or(0)))
@@ -218,7 +226,7 @@ impl Store {
     }
 
     pub(crate) async fn get_async(&self, key: &str, limit: u64) -> Result<Vec<u8>, Error> {
-        let path = ObjectPath::from(key);
+        let path = object_path(key);
         let result = self
             .store
             .get_opts(&path, GetOptions::default())
@@ -260,7 +268,7 @@ impl Store {
         start: u64,
         end: u64,
     ) -> Result<RangeReader, Error> {
-        let path = ObjectPath::from(key);
+        let path = object_path(key);
         let options = GetOptions {
             range: Some(GetRange::Bounded(start..end)),
             ..Default::default()
@@ -275,6 +283,13 @@ impl Store {
             chunk: Bytes::new(),
         })
     }
+}
+
+/// The store path of the object whose key is `key`, as it is: `Path::from` would
+/// percent-encode it (`说明`, `a%b`, `x[1].jpg` became other keys, so listed objects were "not
+/// found"). A key `Path::parse` refuses (an empty segment, `.` or `..`) is encoded instead.
+fn object_path(key: &str) -> ObjectPath {
+    ObjectPath::parse(key).unwrap_or_else(|_| ObjectPath::from(key))
 }
 
 /// A streamed byte range of one object, read with blocking calls. Errors name the object.

@@ -26,7 +26,9 @@ const INDEX_THREADS: usize = 8;
 
 /// True for a name ending in `.tar` (any case).
 pub(crate) fn is_tar_name(name: &str) -> bool {
-    name.len() > 4 && name[name.len() - 4..].eq_ignore_ascii_case(".tar")
+    // Bytes, not a `str` slice: the cut may fall inside a character (`说明`).
+    let b = name.as_bytes();
+    b.len() > 4 && b[b.len() - 4..].eq_ignore_ascii_case(b".tar")
 }
 
 /// True if `s` is a URL (`scheme://…`) rather than a local path.
@@ -1295,6 +1297,15 @@ fn sample_extension(source: &Source, i: usize, data: &[u8]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tar_names_are_told_by_their_bytes() {
+        assert!(is_tar_name("a.TAR") && is_tar_name("数据.tar"));
+        // Cutting `len - 4` bytes inside a character panicked on names like these.
+        for name in ["说明", "猫咪", "x说", ".tar", "tar"] {
+            assert!(!is_tar_name(name), "{name}");
+        }
+    }
 
     #[test]
     fn member_keys_follow_webdataset() {

@@ -22,7 +22,8 @@ fn indices(batches: &[Batch]) -> Vec<u64> {
 #[test]
 fn issue_7_eight_ranks_are_disjoint_complete_and_equal_in_batches() {
     let full = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
-    for n in [64usize, 61, 57, 9] {
+    // 5: fewer samples than ranks (ranks past the end wrapped around `len - rank`).
+    for n in [64usize, 61, 57, 9, 5] {
         let source = subset(&full, n);
         for (seed, bs, drop_remainder) in [
             (1u64, 4usize, false),
