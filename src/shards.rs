@@ -928,6 +928,25 @@ pub(crate) fn open_remote(
     }
     let listed = store.list(&key)?;
     let tars: Vec<_> = listed.iter().filter(|o| is_tar_name(&o.key)).collect();
+    // Shards beside class "folders" of images, as for a local folder: reading either would
+    // drop the other's samples or labels without a word.
+    let class_image = listed.iter().find(|o| {
+        o.key.contains('/')
+            && crate::source::has_image_extension(Path::new(&o.key))
+            && !o.key.split('/').any(|c| c.starts_with('.'))
+    });
+    if let (Some(tar), Some(image)) = (tars.first(), class_image) {
+        return Err(Error::source(
+            url,
+            format!(
+                "holds both tar shards ({}{}) and class folders of images ({}): move one kind to \
+                 another prefix",
+                tar.key,
+                if tars.len() > 1 { ", ..." } else { "" },
+                image.key
+            ),
+        ));
+    }
     if !tars.is_empty() {
         let keys: std::collections::HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
         let sidecars = tars

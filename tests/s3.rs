@@ -241,6 +241,17 @@ fn proxy(mut client: TcpStream, upstream_port: u16, faults: &Faults) {
 /// A plain HTTP request to the server (bypassing the proxy's faults only by timing: tests set
 /// none while uploading). Returns the status code.
 fn http(port: u16, method: &str, path: &str, body: &[u8]) -> u16 {
+    // Percent-encoded as a URL path: keys with `%`, `[`, non-ASCII.
+    let path: String = path
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"/-_.".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         c,
@@ -292,6 +303,18 @@ fn upload_fixtures(s: &Server) {
             many.push((p.clone(), local.label(i).unwrap()));
         }
     }
+    // Keys object_store's `Path::from` would percent-encode into other keys, and a prefix
+    // holding both shards and class folders.
+    let photo = std::fs::read(local.path(0).unwrap()).unwrap();
+    for key in [
+        "odd/猫/1.jpg",
+        "odd/cat/100%.jpg",
+        "odd/cat/[1].jpg",
+        "odd/cat/café.jpg",
+    ] {
+        put(key, &photo);
+    }
+    put("mixed/cat/a.jpg", &photo);
     list.push_str("cat/missing.jpg\t0\n");
     put("classes/files.txt", list.as_bytes());
     // Lists read as streams: one whose second line is 1 MB long, and an empty one.
@@ -371,6 +394,35 @@ fn issue_7_s3_lists_class_folders_and_reads_the_same_pixels_as_local_files() {
     let first = remote.path(0).unwrap().to_string_lossy().into_owned();
     assert!(first.starts_with("s3://imagefeed/classes/cat/"), "{first}");
     assert_eq!(pixels(&load_u8(remote)), pixels(&load_u8(local)));
+}
+
+#[test]
+fn s3_keys_that_need_encoding_are_read_as_listed() {
+    // `100%.jpg`, `[1].jpg`, `café.jpg`, `猫/1.jpg`: listed, then asked for under other
+    // (percent-encoded) keys and "not found".
+    let Some((_s, _guard)) = server() else { return };
+    let remote = Source::from_url_with("s3://imagefeed/odd", quick()).unwrap();
+    assert_eq!(remote.len(), 4);
+    assert_eq!(remote.class_names().unwrap(), ["cat", "猫"]);
+    let batches = load_u8(remote);
+    assert_eq!(batches.iter().map(Batch::len).sum::<usize>(), 4);
+}
+
+#[test]
+fn s3_shards_beside_class_folders_are_an_error_naming_both() {
+    let Some((s, _guard)) = server() else { return };
+    // Not even a tar: the mix is refused before any shard is read.
+    assert_eq!(
+        http(s.port, "PUT", "/imagefeed/mixed/data.tar", &[0u8; 1024]),
+        200
+    );
+    let e = Source::from_url_with("s3://imagefeed/mixed", quick())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("holds both tar shards (data.tar)") && e.contains("cat/a.jpg"),
+        "{e}"
+    );
 }
 
 #[test]
