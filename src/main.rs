@@ -494,9 +494,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     if let Some(p) = &a.state_out {
         replaceable(p, Output::State)?;
     }
-    if a.sweep {
-        replaceable(&a.sweep_svg, Output::Svg)?;
-    }
+
     let source = Source::open(&a.source)?;
     let default_shuffle_buffer = match source.kind() {
         SourceKind::TarShards => 1000,
@@ -840,6 +838,17 @@ fn dtype_of(d: DtypeArg) -> Dtype {
 
 /// `bench --sweep`: the grid, a table on stdout and an SVG of images/s against peak RSS.
 fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
+    // The plot replaces only an earlier plot (or an empty file), never an input or a file of
+    // the user's: checked before the sweep runs.
+    if same_file(&a.sweep_svg, &a.source) {
+        return Err(format!(
+            "{}: is also an input ({}); choose another --sweep-svg",
+            a.sweep_svg.display(),
+            a.source.display()
+        )
+        .into());
+    }
+    replaceable(&a.sweep_svg, Output::Svg)?;
     let full = Source::open(&a.source)?;
     let n = a.sweep_images.min(full.len()).max(1);
     let source =

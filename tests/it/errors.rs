@@ -1052,6 +1052,24 @@ fn cli_outputs_replace_only_what_they_wrote() {
         );
         assert_eq!(std::fs::read(&image).unwrap(), before, "{flag}");
     }
+    // The sweep's plot too (refused before the sweep runs).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        .args([
+            "bench",
+            list.to_str().unwrap(),
+            "--sweep",
+            "--sweep-images",
+            "2",
+        ])
+        .args(["--sweep-svg", image.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("does not replace files it did not write"),
+        "--sweep-svg: {err}"
+    );
+    assert_eq!(std::fs::read(&image).unwrap(), before, "--sweep-svg");
     // What the options wrote before is replaced: a second run over the same files succeeds.
     let (indices, state) = (dir.path().join("seen.txt"), dir.path().join("state.txt"));
     for _ in 0..2 {
