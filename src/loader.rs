@@ -93,9 +93,10 @@ impl Loader {
 
     /// Continues an epoch from a saved [`LoaderState`] (from [`Batches::state`]): delivers
     /// exactly the samples of that epoch not yet delivered, in the same order, then ends.
-    /// Needs the same source, seed and shard as the loader that saved it, and no shuffle
-    /// buffer (its contents are not part of the state). A mismatch is an error yielded by the
-    /// iterator.
+    /// Needs the same source and settings as the loader that saved it: another seed, rank or
+    /// world size is an error yielded by the iterator; another source, shuffle, shuffle buffer
+    /// or shard padding is not recorded in the state and would resume a different plan (the
+    /// command line's `--state-out` adds a fingerprint of them and checks it).
     pub fn resume(&self, state: &LoaderState) -> Batches {
         let cfg = &self.cfg;
         let mismatch = if state.seed != cfg.seed {

@@ -224,7 +224,7 @@ enum OnErrorArg {
     Skip,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum PaddingArg {
     EqualBatches,
     Repeat,
@@ -506,6 +506,12 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             max: a.max_skipped.unwrap_or(u64::MAX),
         },
     };
+    // What fixes the order of an epoch's samples, for a state written here and checked on
+    // resuming: the source and the settings the plan depends on (LoaderState holds seed, rank
+    // and world size; another shuffle buffer or list would resume at the same position of a
+    // different plan, delivering repeats and gaps).
+    let plan = (a.state_out.is_some() || a.resume_from.is_some())
+        .then(|| plan_fingerprint(&source, a, default_shuffle_buffer));
     let mut builder = Loader::builder(source)
         .batch_size(a.batch_size)
         .decode_threads(a.threads)
@@ -562,14 +568,18 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             a.batch_size
         );
     }
+    let resume: Option<LoaderState> = match &a.resume_from {
+        Some(p) => {
+            let state = read_state(p)?;
+            check_plan(p, plan)?;
+            Some(state)
+        }
+        None => None,
+    };
     let mut indices_out = match &a.indices_out {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
         )),
-        None => None,
-    };
-    let resume: Option<LoaderState> = match &a.resume_from {
-        Some(p) => Some(read_state(p)?),
         None => None,
     };
     let first_epoch = resume.map_or(0, |s| s.epoch);
@@ -614,7 +624,8 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             if a.max_batches == Some(delivered) {
                 let state = batches.state();
                 if let Some(p) = &a.state_out {
-                    std::fs::write(p, format!("{state}\n"))
+                    let plan = plan.map_or(String::new(), |fp| format!(" plan={fp:016x}"));
+                    std::fs::write(p, format!("{state}{plan}\n"))
                         .map_err(|e| format!("{}: {e}", p.display()))?;
                 }
                 eprintln!("imagefeed: stopped after {delivered} batches; state: {state}");
@@ -924,6 +935,50 @@ fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
 }
 
 /// The loader state in a `--state-out` file: one short line (a larger file is not one).
+/// A fingerprint of what fixes an epoch's plan besides the seed, rank and world size: the
+/// source (its length, every path and label) and the shuffle, shuffle buffer and padding
+/// settings.
+fn plan_fingerprint(source: &Source, a: &BenchArgs, default_shuffle_buffer: usize) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&(source.len() as u64).to_le_bytes());
+    for i in 0..source.len() {
+        if let Some(p) = source.path(i) {
+            h.update(p.as_os_str().as_encoded_bytes());
+        }
+        h.update(&[0]);
+        h.update(&source.label(i).unwrap_or(u32::MAX).to_le_bytes());
+    }
+    let settings = format!(
+        "shuffle={} buffer={} padding={:?}",
+        !a.no_shuffle,
+        a.shuffle_buffer.unwrap_or(default_shuffle_buffer),
+        a.shard_padding
+    );
+    h.update(settings.as_bytes());
+    h.digest()
+}
+
+/// Refuses to resume from the state at `path` if it was written for another plan (its
+/// `plan=` fingerprint differs from this run's `plan`). States without one (written by a
+/// program through the library) are taken as they are.
+fn check_plan(path: &std::path::Path, plan: Option<u64>) -> Result<(), AnyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let saved = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("plan="))
+        .and_then(|v| u64::from_str_radix(v, 16).ok());
+    match (saved, plan) {
+        (Some(saved), Some(plan)) if saved != plan => Err(format!(
+            "{}: the state was saved by a run over another source or with other --shuffle-buffer, \
+             --no-shuffle or --shard-padding settings; resuming it here would repeat and skip \
+             samples (run with the settings that saved it)",
+            path.display()
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 fn read_state(path: &std::path::Path) -> Result<LoaderState, AnyError> {
     use std::io::Read;
     let named = |e: std::io::Error| format!("{}: {e}", path.display());

@@ -234,6 +234,44 @@ fn issue_7_bench_indices_out_and_resume_from_the_command_line() {
     assert_eq!(joined.len(), 37);
     joined.extend(read("b.txt"));
     assert_eq!(joined, all);
+    // The state records what fixes the plan: resuming with another shuffle buffer, without
+    // shuffling, or over another list would continue a different plan (repeats and gaps).
+    let sub = dir.path().join("sub.txt");
+    let text = std::fs::read_to_string(&list).unwrap();
+    let dir_of_list = list.parent().unwrap();
+    let lines: String = text
+        .lines()
+        .take(40)
+        .map(|l| format!("{}\n", dir_of_list.join(l).display()))
+        .collect();
+    std::fs::write(&sub, lines).unwrap();
+    for other in [
+        &["--shuffle-buffer", "10"][..],
+        &["--no-shuffle"][..],
+        &["--shard-padding", "repeat"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+            .arg("bench")
+            .arg(&list)
+            .args(["--batch-size", "1", "--size", "16", "16", "--seed", "4"])
+            .args(["--resume-from", &p("state.txt")])
+            .args(other)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("saved by a run over another source"),
+            "{other:?}: {err}"
+        );
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        .arg("bench")
+        .arg(&sub)
+        .args(["--batch-size", "1", "--size", "16", "16", "--seed", "4"])
+        .args(["--resume-from", &p("state.txt")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "another list");
     // Ranks from the command line: disjoint and complete.
     let mut union = Vec::new();
     for rank in 0..8 {
