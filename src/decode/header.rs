@@ -79,8 +79,6 @@ pub(crate) struct JpegInfo {
     pub(crate) progressive: bool,
     pub(crate) arithmetic: bool,
     pub(crate) lossless: bool,
-    /// The Adobe APP14 transform flag (0: none/CMYK, 1: YCbCr, 2: YCCK), if the marker exists.
-    pub(crate) adobe_transform: Option<u8>,
     /// EXIF orientation 1..=8 (1 when absent or invalid).
     pub(crate) orientation: u8,
     /// The offset of the first scan's header (just after its SOS marker).
@@ -94,7 +92,6 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
     }
     let mut pos = 2usize;
     let mut info: Option<JpegInfo> = None;
-    let mut adobe = None;
     let mut orientation = 1u8;
     loop {
         // Find the next marker: 0xFF, possibly repeated (fill bytes), then a code.
@@ -149,7 +146,6 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
                     progressive: matches!(code, 0xC2 | 0xC6 | 0xCA | 0xCE),
                     arithmetic: code >= 0xC9,
                     lossless: matches!(code, 0xC3 | 0xC7 | 0xCB | 0xCF),
-                    adobe_transform: None,
                     orientation: 1,
                     scan_offset: 0,
                 });
@@ -157,16 +153,12 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
             0xDA => {
                 let mut i =
                     info.ok_or_else(|| String::from("scan before the frame header (SOF)"))?;
-                i.adobe_transform = adobe;
                 i.orientation = orientation;
                 i.scan_offset = pos;
                 return Ok(i);
             }
             0xE1 if seg.starts_with(b"Exif\0\0") => {
                 orientation = exif_orientation(&seg[6..]).unwrap_or(1);
-            }
-            0xEE if seg.starts_with(b"Adobe") && seg.len() >= 12 => {
-                adobe = Some(seg[11]);
             }
             _ => {}
         }

@@ -520,11 +520,7 @@ impl Decoder {
             if self.rgb.len() < w * h * 3 {
                 self.rgb.resize(w * h * 3, 0);
             }
-            cmyk_to_rgb(
-                &self.aux[..len],
-                &mut self.rgb[..w * h * 3],
-                info.adobe_transform.is_some(),
-            );
+            cmyk_to_rgb(&self.aux[..len], &mut self.rgb[..w * h * 3]);
         }
         Ok((w as u32, h as u32))
     }
@@ -760,17 +756,15 @@ fn expand(src: &[u8], dst: &mut [u8], bpp: usize, f: impl Fn(&[u8]) -> [u8; 3]) 
     }
 }
 
-/// CMYK to RGB the way Pillow and most viewers do it without a colour profile. Adobe files
-/// store inverted CMYK (255 = no ink).
+/// CMYK to RGB the way Pillow and most viewers do it without a colour profile. CMYK JPEGs
+/// are read as Adobe's inverted CMYK (255 = no ink) whether or not they carry its APP14
+/// marker, as Pillow ("assume adobe conventions") and zune-jpeg do: nearly every CMYK JPEG
+/// is written so, and one stripped of its marker came out colour-inverted here.
 // Only the libjpeg-turbo path converts CMYK here.
 #[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
-pub(crate) fn cmyk_to_rgb(src: &[u8], dst: &mut [u8], adobe_inverted: bool) {
+pub(crate) fn cmyk_to_rgb(src: &[u8], dst: &mut [u8]) {
     for (s, d) in src.chunks_exact(4).zip(dst.chunks_exact_mut(3)) {
-        let (c, m, y, k) = if adobe_inverted {
-            (s[0], s[1], s[2], s[3])
-        } else {
-            (255 - s[0], 255 - s[1], 255 - s[2], 255 - s[3])
-        };
+        let (c, m, y, k) = (s[0], s[1], s[2], s[3]);
         let k = u32::from(k);
         d[0] = ((u32::from(c) * k + 127) / 255) as u8;
         d[1] = ((u32::from(m) * k + 127) / 255) as u8;
@@ -778,12 +772,12 @@ pub(crate) fn cmyk_to_rgb(src: &[u8], dst: &mut [u8], adobe_inverted: bool) {
     }
 }
 
-/// Estimated peak bytes of decoding one JPEG at scale `1/scale`.
 /// Bytes of a `w`×`h` RGB8 image.
 fn rgb_bytes(w: u32, h: u32) -> u64 {
     u64::from(w) * u64::from(h) * 3
 }
 
+/// Estimated peak bytes of decoding one JPEG at scale `1/scale`.
 pub(crate) fn jpeg_working_set(info: &JpegInfo, scale: u32, turbo: bool) -> u64 {
     let (w, h) = (u64::from(info.width), u64::from(info.height));
     let s = u64::from(scale);
@@ -964,11 +958,12 @@ mod tests {
     #[test]
     fn cmyk_conversion() {
         let mut d = [0u8; 3];
-        cmyk_to_rgb(&[255, 255, 255, 255], &mut d, true);
+        // Inverted CMYK: 255 is no ink.
+        cmyk_to_rgb(&[255, 255, 255, 255], &mut d);
         assert_eq!(d, [255, 255, 255]);
-        cmyk_to_rgb(&[0, 0, 0, 0], &mut d, false);
-        assert_eq!(d, [255, 255, 255]);
-        cmyk_to_rgb(&[255, 0, 255, 255], &mut d, true);
+        cmyk_to_rgb(&[0, 0, 0, 255], &mut d);
+        assert_eq!(d, [0, 0, 0]);
+        cmyk_to_rgb(&[255, 0, 255, 255], &mut d);
         assert_eq!(d, [255, 0, 255]);
     }
 
@@ -991,7 +986,6 @@ mod tests {
             progressive: false,
             arithmetic: false,
             lossless: false,
-            adobe_transform: None,
             orientation: 1,
             scan_offset: 0,
         };

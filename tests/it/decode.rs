@@ -229,6 +229,19 @@ fn every_valid_file_decodes() {
     let mad = mean_abs_diff(&cmyk, &ycck);
     println!("cmyk vs ycck: {mad:.3}");
     assert!(mad < 4.0, "cmyk vs ycck: {mad:.3}");
+    // Without its Adobe APP14 marker (14 bytes after SOI) a CMYK file is still read as
+    // Adobe's inverted CMYK, as Pillow and zune-jpeg read it (libjpeg-turbo's output came
+    // out colour-inverted).
+    let bytes = std::fs::read(dir.join("cmyk.jpg")).unwrap();
+    assert_eq!(&bytes[2..4], [0xFF, 0xEE]);
+    let tmp = tempfile::tempdir().unwrap();
+    let stripped = tmp.path().join("cmyk_no_adobe.jpg");
+    std::fs::write(&stripped, [&bytes[..2], &bytes[2 + 2 + 14..]].concat()).unwrap();
+    for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+        let px = common::load_one(&stripped, move |b| b.jpeg_decoder(decoder)).unwrap();
+        let mad = mean_abs_diff(&cmyk, &px);
+        assert!(mad < 2.0, "{decoder:?}: stripped cmyk vs cmyk: {mad:.3}");
+    }
     // The same crop in three subsamplings and with restart markers.
     let base = decode_160(&dir.join("baseline_420.jpg"));
     for other in ["s422.jpg", "s444.jpg", "restart.jpg"] {
