@@ -264,8 +264,8 @@ impl Source {
     /// folder unless absolute. Blank lines and lines starting with `#` are ignored; CRLF line
     /// ends and a UTF-8 byte-order mark are accepted; paths may hold any bytes but NUL.
     /// A path listed twice with the same label is kept twice (oversampling), with a warning; a
-    /// path listed twice with different labels is an error (spellings differing only by `.`
-    /// components or doubled slashes, `a.jpg` and `./a.jpg`, are one path). A line with a third
+    /// path listed twice with different labels is an error (`a.jpg`, `./a.jpg`, `sub/../a.jpg`
+    /// and its absolute path are one path). A line with a third
     /// tab-separated field (`a.jpg<TAB>3<TAB>7`) is an error, not a path `a.jpg<TAB>3`.
     ///
     /// The list is read a line at a time, never whole: building the source takes the index it
@@ -750,6 +750,10 @@ pub(crate) fn parse_list_from(
     // the last line (24 bytes an entry, freed when parsing ends).
     let mut keyed: Vec<(u64, u32)> = Vec::new();
     let mut lines: Vec<u64> = Vec::new();
+    // Paths are compared as absolute paths under the list's folder (see `list_key`).
+    let anchor = std::fs::canonicalize(&index.base).unwrap_or_else(|_| index.base.clone());
+    let anchor = os_to_bytes(anchor.as_os_str());
+    let mut key = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(256);
     let mut line_no = 0u64;
     loop {
@@ -834,10 +838,8 @@ pub(crate) fn parse_list_from(
         if index.len() >= u32::MAX as usize {
             return Err(Error::list(list, at, "more than 2^32-1 entries"));
         }
-        keyed.push((
-            xxhash_rust::xxh3::xxh3_64(&lexical(path)),
-            index.len() as u32,
-        ));
+        list_key(&anchor, path, &mut key);
+        keyed.push((xxhash_rust::xxh3::xxh3_64(&key), index.len() as u32));
         lines.push(line_no);
         index.push(path, label);
     }
@@ -845,7 +847,7 @@ pub(crate) fn parse_list_from(
     if index.len() == 0 {
         return Err(Error::source(list, "the list has no entries"));
     }
-    let duplicates = check_duplicates(list, &index, keyed, &lines)?;
+    let duplicates = check_duplicates(list, &index, &anchor, keyed, &lines)?;
     if duplicates > 0 {
         log::warn!(
             "{}: {duplicates} path(s) listed more than once; each listing is a sample",
@@ -874,31 +876,38 @@ fn skip_line(reader: &mut impl std::io::BufRead) -> std::io::Result<u64> {
     }
 }
 
-/// `path` with its `.` components and repeated slashes removed (`./a//b` is `a/b`): spellings
-/// of one file that differ only so are the same path to the duplicate check. (`..` is kept:
-/// through a symbolic link it need not lead back.)
-fn lexical(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let plain = !path.starts_with(b"./")
-        && !path.windows(2).any(|w| w == b"//")
-        && !path.windows(3).any(|w| w == b"/./")
-        && !path.ends_with(b"/.");
-    if plain {
-        return std::borrow::Cow::Borrowed(path);
+/// The key under which the duplicate check compares a listed path: joined to `anchor` (the
+/// list's folder, made absolute) unless absolute, with `.` components, repeated slashes and
+/// `..` (with what it cancels) removed, so `a.jpg`, `./a.jpg`, `sub/../a.jpg` and the file's
+/// absolute path are one path. (Through a symbolic link `sub/..` need not lead back; two
+/// such spellings of different files would then be taken for one, and two labels for them
+/// refused. Symbolic and hard links to one file under two names are not looked for: that
+/// would take a `stat` of every listed file.)
+fn list_key(anchor: &[u8], path: &[u8], out: &mut Vec<u8>) {
+    let absolute = path.starts_with(b"/");
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let joined = [if absolute { &b""[..] } else { anchor }, b"/", path];
+    let rooted = joined[0].starts_with(b"/") || absolute;
+    for part in joined.iter().flat_map(|p| p.split(|&b| b == b'/')) {
+        match part {
+            b"" | b"." => {}
+            b".." if parts.last().is_some_and(|p| *p != b"..") => {
+                parts.pop();
+            }
+            b".." if rooted => {}
+            p => parts.push(p),
+        }
     }
-    let mut out = Vec::with_capacity(path.len());
-    if path.starts_with(b"/") {
+    out.clear();
+    if rooted {
         out.push(b'/');
     }
-    for part in path.split(|&b| b == b'/') {
-        if part.is_empty() || part == b"." {
-            continue;
-        }
-        if !out.is_empty() && out.last() != Some(&b'/') {
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
             out.push(b'/');
         }
-        out.extend_from_slice(part);
+        out.extend_from_slice(p);
     }
-    std::borrow::Cow::Owned(out)
 }
 
 /// Finds paths listed more than once (`keyed`: each entry's path hash and number; `lines`:
@@ -908,6 +917,7 @@ fn lexical(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 fn check_duplicates(
     list: &Path,
     index: &FileIndex,
+    anchor: &[u8],
     mut keyed: Vec<(u64, u32)>,
     lines: &[u64],
 ) -> Result<u64, Error> {
@@ -923,7 +933,11 @@ fn check_duplicates(
         // By path, then entry: each path's first listing leads its run.
         group.clear();
         group.extend(same_hash.iter().map(|k| k.1));
-        let key = |i: u32| lexical(index.raw_path(i as usize));
+        let key = |i: u32| {
+            let mut k = Vec::new();
+            list_key(anchor, index.raw_path(i as usize), &mut k);
+            k
+        };
         group.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
         for run in group.chunk_by(|&a, &b| key(a) == key(b)) {
             let first = run[0];
@@ -1216,9 +1230,20 @@ mod tests {
             "{err}"
         );
         assert!(parse(b"d//a.jpg 1\nd/./a.jpg 1\n../d/a.jpg 2\n").is_ok());
-        assert_eq!(&*lexical(b"./d//./a.jpg"), b"d/a.jpg");
-        assert_eq!(&*lexical(b"/x/./y/"), b"/x/y");
-        assert_eq!(&*lexical(b"../a.jpg"), b"../a.jpg");
+        let err = parse(b"a.jpg 1\nsub/../a.jpg 2\n").unwrap_err().to_string();
+        assert!(err.contains("listed again"), "{err}");
+        let k = |anchor: &[u8], p: &[u8]| {
+            let mut out = Vec::new();
+            list_key(anchor, p, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(k(b"/data", b"./d//./a.jpg"), "/data/d/a.jpg");
+        assert_eq!(k(b"/data", b"sub/../a.jpg"), "/data/a.jpg");
+        assert_eq!(k(b"/data", b"/data/a.jpg"), "/data/a.jpg");
+        assert_eq!(k(b"/data", b"/x/./y/"), "/x/y");
+        assert_eq!(k(b"/data", b"../../../a.jpg"), "/a.jpg");
+        assert_eq!(k(b"rel", b"../../a.jpg"), "../a.jpg");
+        assert_eq!(k(b"", b"a.jpg"), "a.jpg");
         // Many listings of one path stay cheap, and all count.
         let many = b"p.jpg 3\n".repeat(100_000);
         let idx = parse(&many).unwrap();
