@@ -25,6 +25,21 @@ fn read_sample(path: &Path, limit: u64, bytes: &mut Vec<u8>) -> bool {
         && bytes.len() as u64 <= limit
 }
 
+/// The largest output side the floor and its quality checks take: the checks hold two
+/// `size_px`×`size_px` images (400 MB at this size).
+pub const MAX_FLOOR_SIZE: u32 = 8192;
+
+/// Refuses an output side of 0 or over [`MAX_FLOOR_SIZE`].
+fn check_size(size_px: u32) -> Result<(), Error> {
+    if size_px == 0 || size_px > MAX_FLOOR_SIZE {
+        return Err(Error::config(
+            "size",
+            format!("{size_px} px: the floor's output side must be 1 to {MAX_FLOOR_SIZE} px"),
+        ));
+    }
+    Ok(())
+}
+
 /// The result of [`decode_floor`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -48,7 +63,9 @@ pub struct FloorReport {
 /// `size_px`×`size_px` stretch target on both axes, as the pipeline does.
 ///
 /// # Errors
-/// [`ErrorKind::Spawn`](crate::ErrorKind::Spawn) if a thread cannot start.
+/// [`ErrorKind::Spawn`](crate::ErrorKind::Spawn) if a thread cannot start;
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a `size_px` of 0 or over
+/// [`MAX_FLOOR_SIZE`].
 pub fn decode_floor(
     source: &Source,
     threads: usize,
@@ -57,6 +74,7 @@ pub fn decode_floor(
     decoder: JpegDecoder,
     limit: Option<usize>,
 ) -> Result<FloorReport, Error> {
+    check_size(size_px)?;
     let n = limit.map_or(source.len(), |l| l.min(source.len()));
     let settings = DecodeSettings {
         max_pixels: 100_000_000,
@@ -160,7 +178,8 @@ pub struct PsnrReport {
 /// them: the quality cost of DCT scaling.
 ///
 /// # Errors
-/// None in practice: files that fail to decode are left out.
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a `size_px` of 0 or over
+/// [`MAX_FLOOR_SIZE`]; files that fail to decode are left out.
 pub fn dct_psnr(
     source: &Source,
     size_px: u32,
@@ -175,7 +194,8 @@ pub fn dct_psnr(
 /// [`ResizeFilter::Bilinear`] is from [`ResizeFilter::Antialiased`] (the reference).
 ///
 /// # Errors
-/// None in practice: files that fail to decode are left out.
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a `size_px` of 0 or over
+/// [`MAX_FLOOR_SIZE`]; files that fail to decode are left out.
 pub fn filter_psnr(
     source: &Source,
     size_px: u32,
@@ -198,6 +218,7 @@ fn compare(
     b: (bool, ResizeFilter),
     limit: Option<usize>,
 ) -> Result<PsnrReport, Error> {
+    check_size(size_px)?;
     let n = limit.map_or(source.len(), |l| l.min(source.len()));
     let settings = |dct| DecodeSettings {
         max_pixels: 100_000_000,
@@ -269,4 +290,21 @@ fn compare(
         },
         min_psnr_db: if images > 0 { min } else { 0.0 },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_sides_out_of_range_are_refused_before_any_buffer() {
+        // `--size 4294967295` panicked allocating two side x side images; 65535 asked for 24 GB.
+        let source = Source::from_entries([("a.jpg", 0u32)]).unwrap();
+        for size in [0, MAX_FLOOR_SIZE + 1, u32::MAX] {
+            let e = dct_psnr(&source, size, ResizeFilter::default(), None).unwrap_err();
+            assert!(e.to_string().contains("1 to 8192 px"), "{e}");
+            assert!(filter_psnr(&source, size, None).is_err());
+            assert!(decode_floor(&source, 1, true, size, JpegDecoder::Auto, None).is_err());
+        }
+    }
 }

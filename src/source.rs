@@ -751,7 +751,13 @@ pub(crate) fn parse_list_from(
     let mut keyed: Vec<(u64, u32)> = Vec::new();
     let mut lines: Vec<u64> = Vec::new();
     // Paths are compared as absolute paths under the list's folder (see `list_key`).
-    let anchor = std::fs::canonicalize(&index.base).unwrap_or_else(|_| index.base.clone());
+    // (A list named by a bare file name has an empty folder: the current one.)
+    let folder = if index.base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        index.base.as_path()
+    };
+    let anchor = std::fs::canonicalize(folder).unwrap_or_else(|_| index.base.clone());
     let anchor = os_to_bytes(anchor.as_os_str());
     let mut key = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(256);
@@ -1231,6 +1237,14 @@ mod tests {
         );
         assert!(parse(b"d//a.jpg 1\nd/./a.jpg 1\n../d/a.jpg 2\n").is_ok());
         let err = parse(b"a.jpg 1\nsub/../a.jpg 2\n").unwrap_err().to_string();
+        assert!(err.contains("listed again"), "{err}");
+        // A list named by a bare file name lives in the current folder: its relative paths
+        // and their absolute spellings are one path too.
+        let cwd = std::env::current_dir().unwrap();
+        let text = format!("a.jpg 1\n{}/a.jpg 2\n", cwd.display());
+        let err = parse_list(Path::new("list.txt"), PathBuf::new(), text.as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("listed again"), "{err}");
         let k = |anchor: &[u8], p: &[u8]| {
             let mut out = Vec::new();
