@@ -72,7 +72,8 @@ pub(crate) struct ObjectIndex {
     /// The key prefix the index's paths are relative to (`""` for the bucket root).
     pub(crate) prefix: String,
     /// Size and modification time of each sample's object, from the listing (for the cache
-    /// fingerprint). Sizes are 0 for objects named by a list file (not listed).
+    /// fingerprint). `(0, 0)` for objects named by a list file (not listed): the fingerprint
+    /// then asks the store (one HEAD request each, only for a loader with a cache).
     pub(crate) stamps: Vec<(u64, i64)>,
 }
 
@@ -507,10 +508,15 @@ impl Source {
                 }
             }
             #[cfg(feature = "remote")]
-            Backing::Objects(o) => {
-                let (size, mtime) = o.stamps[i];
-                (size, mtime as u128)
-            }
+            Backing::Objects(o) => match o.stamps[i] {
+                // Named by a list file, not listed: ask the store, so that a cache over the
+                // list sees an object replaced under the same key.
+                (0, 0) => match o.store.head(&o.key(&self.index, i)) {
+                    Ok((size, mtime)) => (size, mtime as u128),
+                    Err(_) => (u64::MAX, 0),
+                },
+                (size, mtime) => (size, mtime as u128),
+            },
             Backing::Tar(t) => t.stamp(i),
         }
     }

@@ -255,7 +255,8 @@ fn http(port: u16, method: &str, path: &str, body: &[u8]) -> u16 {
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         c,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        // A dummy signature: moto refuses an unsigned request to replace or delete a key.
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/octet-stream\r\nAuthorization: AWS4-HMAC-SHA256 Credential=x/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .unwrap();
@@ -423,6 +424,48 @@ fn s3_shards_beside_class_folders_are_an_error_naming_both() {
         e.contains("holds both tar shards (data.tar)") && e.contains("cat/a.jpg"),
         "{e}"
     );
+}
+
+#[test]
+fn s3_a_cache_over_a_list_file_sees_an_object_replaced_under_its_key() {
+    // Objects named by a list file are not listed, so their size and time were unknown (0) to
+    // the cache's fingerprint, and a replaced object's old pixels were replayed.
+    let Some((s, _guard)) = server() else { return };
+    let local = Source::from_dir(classes_dir()).unwrap();
+    let first = std::fs::read(local.path(0).unwrap()).unwrap();
+    let other = (1..local.len())
+        .map(|i| local.path(i).unwrap())
+        .find(|p| p.extension().is_some_and(|e| e == "jpg"))
+        .map(|p| std::fs::read(p).unwrap())
+        .unwrap();
+    assert_ne!(first, other);
+    let put = |key: &str, body: &[u8]| {
+        assert_eq!(http(s.port, "PUT", &format!("/imagefeed/{key}"), body), 200);
+    };
+    put("stale/a.jpg", &first);
+    put("stale/list.txt", b"a.jpg\t0\n");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("c.cache");
+    let run = || {
+        let loader = Loader::builder(
+            Source::from_url_with("s3://imagefeed/stale/list.txt", quick()).unwrap(),
+        )
+        .image_size(32)
+        .batch_size(1)
+        .dtype(Dtype::U8)
+        .cache(&cache)
+        .build()
+        .unwrap();
+        let px = pixels(&loader.epoch(0).map(|b| b.unwrap()).collect::<Vec<_>>());
+        (px, loader.stats().from_cache)
+    };
+    let (a, cached) = run();
+    assert!(!cached);
+    assert_eq!(run(), (a.clone(), true), "the second run reads the cache");
+    put("stale/a.jpg", &other);
+    let (b, cached) = run();
+    assert!(!cached, "the replaced object must not come from the cache");
+    assert_ne!(a, b);
 }
 
 #[test]
