@@ -220,6 +220,29 @@ impl Store {
         Ok((m.size, m.last_modified.timestamp_nanos_opt().unwrap_or(0)))
     }
 
+    /// Size and modification time of each of `keys`, up to 32 requests in flight; `None` for
+    /// an object the store could not describe (missing, denied).
+    pub(crate) fn head_many(&self, keys: Vec<String>) -> Vec<Option<(u64, i64)>> {
+        self.rt.block_on(
+            futures_util::stream::iter(keys)
+                .map(|key| async move {
+                    let options = GetOptions {
+                        head: true,
+                        ..Default::default()
+                    };
+                    let m = self
+                        .store
+                        .get_opts(&object_path(&key), options)
+                        .await
+                        .ok()?
+                        .meta;
+                    Some((m.size, m.last_modified.timestamp_nanos_opt().unwrap_or(0)))
+                })
+                .buffered(32)
+                .collect(),
+        )
+    }
+
     /// The whole object `key`, refused if larger than `limit` bytes.
     pub(crate) fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>, Error> {
         self.rt.block_on(self.get_async(key, limit))

@@ -490,6 +490,31 @@ impl Source {
         }
     }
 
+    /// Every sample's size and modification time, when the source itself does not know them:
+    /// objects named by a list file (not listed, so stamped `(0, 0)`) are asked of the store, so
+    /// that a cache over the list sees an object replaced under the same key. One HEAD request
+    /// an object, 32 in flight; an object the store cannot describe is stamped `u64::MAX` (its
+    /// read fails later, naming it). `None` where [`Source::stamp`] knows them all.
+    pub(crate) fn fetch_stamps(&self) -> Option<Vec<(u64, u128)>> {
+        #[cfg(feature = "remote")]
+        if let Backing::Objects(o) = &self.backing {
+            let missing: Vec<usize> = (0..o.stamps.len())
+                .filter(|&i| o.stamps[i] == (0, 0))
+                .collect();
+            if missing.is_empty() {
+                return None;
+            }
+            let keys = missing.iter().map(|&i| o.key(&self.index, i)).collect();
+            let mut stamps: Vec<(u64, u128)> =
+                o.stamps.iter().map(|&(s, m)| (s, m as u128)).collect();
+            for (&i, got) in missing.iter().zip(o.store.head_many(keys)) {
+                stamps[i] = got.map_or((u64::MAX, 0), |(s, m)| (s, m as u128));
+            }
+            return Some(stamps);
+        }
+        None
+    }
+
     /// Size and modification time of sample `i`'s bytes, for the cache fingerprint.
     pub(crate) fn stamp(&self, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
         match &self.backing {
@@ -508,15 +533,10 @@ impl Source {
                 }
             }
             #[cfg(feature = "remote")]
-            Backing::Objects(o) => match o.stamps[i] {
-                // Named by a list file, not listed: ask the store, so that a cache over the
-                // list sees an object replaced under the same key.
-                (0, 0) => match o.store.head(&o.key(&self.index, i)) {
-                    Ok((size, mtime)) => (size, mtime as u128),
-                    Err(_) => (u64::MAX, 0),
-                },
-                (size, mtime) => (size, mtime as u128),
-            },
+            Backing::Objects(o) => {
+                let (size, mtime) = o.stamps[i];
+                (size, mtime as u128)
+            }
             Backing::Tar(t) => t.stamp(i),
         }
     }
