@@ -55,6 +55,8 @@ pub(crate) struct Cache {
     policy: CachePolicy,
     state: Mutex<Option<Arc<CacheMap>>>,
     free_space_override: Option<u64>,
+    /// The last "will be rebuilt" reason logged: each epoch looks again, but says it once.
+    last_stale: Mutex<Option<String>>,
 }
 
 /// How one epoch uses the cache.
@@ -193,6 +195,7 @@ impl Cache {
             policy: cfg.cache_policy,
             state: Mutex::new(None),
             free_space_override: cfg.cache_free_space_override,
+            last_stale: Mutex::new(None),
         };
         if cache.open_complete()?.is_none() {
             cache.check_space()?;
@@ -228,7 +231,11 @@ impl Cache {
             Ok(map) => self.stale_reason(&map.header),
             Err(why) => format!("unusable: {why}"),
         };
-        log::warn!("cache {} will be rebuilt: {why}", self.path.display());
+        let mut last = self.last_stale.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_deref() != Some(why.as_str()) {
+            log::warn!("cache {} will be rebuilt: {why}", self.path.display());
+            *last = Some(why);
+        }
         Ok(None)
     }
 

@@ -542,3 +542,27 @@ fn issue_3_two_processes_share_one_cache_path() {
         "the two writers left no valid cache"
     );
 }
+
+#[test]
+fn a_stale_cache_is_reported_once_a_run_not_once_an_epoch() {
+    let (dir, list) = private_copy(8);
+    let cache = dir.path().join("c.cache");
+    let wrote = bench_cmd(&list, &cache).stdout(Stdio::null()).status();
+    assert!(wrote.unwrap().success());
+    // Change one file's bytes and time: the next run finds the cache stale.
+    let first = dir.path().join("img_0.jpg");
+    let bytes = std::fs::read(&first).unwrap();
+    std::fs::write(&first, [&bytes[..], &[0u8; 16][..]].concat()).unwrap();
+    let out = bench_cmd(&list, &cache)
+        .args(["--epochs", "3"])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("will be rebuilt").count(),
+        1,
+        "the stale cache is reported once:\n{stderr}"
+    );
+}
