@@ -167,7 +167,27 @@ impl Cache {
     pub(crate) fn new(path: &Path, cfg: &Config, source: &Source) -> Result<Cache, Error> {
         // Writing renames PATH.partial over PATH: follow a symbolic link to where the cache
         // really lives, and refuse to replace anything that is not a cache of ours.
+        let given = path;
         let path = &resolve_link(path)?;
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            let via = if path == given {
+                String::new()
+            } else {
+                format!(" (where the link {} points)", given.display())
+            };
+            return Err(Error::config(
+                "cache",
+                format!(
+                    "the folder of the cache {}{via} does not exist or is not a folder: create {} or choose another cache path",
+                    path.display(),
+                    dir.display()
+                ),
+            ));
+        }
         let partial = with_suffix(path, ".partial");
         check_replaceable(path)?;
         check_replaceable(&partial)?;

@@ -566,3 +566,30 @@ fn a_stale_cache_is_reported_once_a_run_not_once_an_epoch() {
         "the stale cache is reported once:\n{stderr}"
     );
 }
+
+#[test]
+fn a_cache_in_a_missing_folder_is_an_error_naming_the_folder() {
+    let (dir, list) = private_copy(4);
+    let err = |cache: &Path| {
+        builder(Source::from_list_file(&list).unwrap())
+            .cache(cache)
+            .build()
+            .unwrap_err()
+    };
+    let missing = dir.path().join("no-such-folder");
+    let e = err(&missing.join("c.cache"));
+    assert!(matches!(e.kind(), ErrorKind::InvalidConfig { .. }), "{e}");
+    assert!(e.to_string().contains("no-such-folder") && e.to_string().contains("does not exist"));
+    // Through a link: the message names the link too.
+    #[cfg(unix)]
+    {
+        let link = dir.path().join("link.cache");
+        std::os::unix::fs::symlink(missing.join("c.cache"), &link).unwrap();
+        let e = err(&link).to_string();
+        assert!(
+            e.contains("link.cache") && e.contains("no-such-folder"),
+            "{e}"
+        );
+    }
+    assert!(!missing.exists(), "the loader creates no folder");
+}
