@@ -323,11 +323,14 @@ impl Source {
             bytes: Vec::new(),
             spans: Vec::new(),
         };
-        let mut ancestors = vec![std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?];
+        let mut visited = Visited {
+            ancestors: vec![std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?],
+            seen: Default::default(),
+        };
         for (label, (_, class_dir)) in classes.iter().enumerate() {
             files.bytes.clear();
             files.spans.clear();
-            collect_images(class_dir, &mut files, &mut ancestors)?;
+            collect_images(class_dir, &mut files, &mut visited)?;
             files.sort();
             for &span in &files.spans {
                 index.push(files.get(span), label as u32);
@@ -631,10 +634,6 @@ pub(crate) fn is_hidden(name: &OsStr) -> bool {
     name.to_string_lossy().starts_with('.')
 }
 
-/// Adds the images under `dir` (recursively, following links to folders) to `out`.
-/// `ancestors` holds the canonical paths of the folders being walked, the source's own
-/// folder first: a link back to one of them (a loop, which made the walk exponential) is
-/// skipped with a warning.
 /// Image paths found by a folder walk, relative to the source's folder and packed in one
 /// buffer (a `PathBuf` each took about twice the memory).
 struct Walked<'a> {
@@ -665,13 +664,21 @@ impl Walked<'_> {
     }
 }
 
-fn collect_images(
-    dir: &Path,
-    out: &mut Walked<'_>,
-    ancestors: &mut Vec<PathBuf>,
-) -> Result<(), Error> {
+/// The folders of a class-folder walk.
+struct Visited {
+    /// Canonical paths of the folders being walked, the source's own folder first: a link
+    /// back to one of them (a loop) is skipped with a warning.
+    ancestors: Vec<PathBuf>,
+    /// Every folder walked so far (canonical path → the path it was reached by): a folder
+    /// reached twice through links would count its images twice, under two labels if in two
+    /// class folders, and links reaching one folder many ways made the walk exponential.
+    seen: std::collections::HashMap<PathBuf, PathBuf>,
+}
+
+/// Adds the images under `dir` (recursively, following links to folders) to `out`.
+fn collect_images(dir: &Path, out: &mut Walked<'_>, visited: &mut Visited) -> Result<(), Error> {
     let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
-    if ancestors.contains(&canonical) {
+    if visited.ancestors.contains(&canonical) {
         log::warn!(
             "{}: skipped, a link back to a folder it is inside ({})",
             dir.display(),
@@ -679,17 +686,26 @@ fn collect_images(
         );
         return Ok(());
     }
-    ancestors.push(canonical);
-    let walked = collect_entries(dir, out, ancestors);
-    ancestors.pop();
+    if let Some(first) = visited.seen.get(&canonical) {
+        return Err(Error::source(
+            dir,
+            format!(
+                "the folder {} is reached twice, as {} and as {} (through a link): its images \
+                 would be read twice, under two labels if in two class folders; remove one link",
+                canonical.display(),
+                first.display(),
+                dir.display()
+            ),
+        ));
+    }
+    visited.seen.insert(canonical.clone(), dir.to_path_buf());
+    visited.ancestors.push(canonical);
+    let walked = collect_entries(dir, out, visited);
+    visited.ancestors.pop();
     walked
 }
 
-fn collect_entries(
-    dir: &Path,
-    out: &mut Walked<'_>,
-    ancestors: &mut Vec<PathBuf>,
-) -> Result<(), Error> {
+fn collect_entries(dir: &Path, out: &mut Walked<'_>, visited: &mut Visited) -> Result<(), Error> {
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();
@@ -699,7 +715,7 @@ fn collect_entries(
         let p = entry.path();
         let ft = entry.file_type().map_err(|e| Error::io(&p, e))?;
         if ft.is_dir() || (ft.is_symlink() && p.is_dir()) {
-            collect_images(&p, out, ancestors)?;
+            collect_images(&p, out, visited)?;
         } else if has_image_extension(&p) {
             out.push(&p);
         }

@@ -1135,17 +1135,19 @@ fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
 fn issue_6_links_back_up_a_class_folder_tree_do_not_hang() {
     // `cat/up -> ..` and `dog/root -> <source folder>`: the walk followed both forever (each
     // level doubling the work). Links back to a folder being walked are skipped; a link to
-    // another folder (here `dog/cats -> ../cat`) still counts, once.
+    // a folder outside the source counts, once.
     let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
     let d = dir.path();
     let jpg = std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap();
     for class in ["cat", "dog"] {
         std::fs::create_dir(d.join(class)).unwrap();
         std::fs::write(d.join(class).join("a.jpg"), &jpg).unwrap();
     }
+    std::fs::write(outside.path().join("b.jpg"), &jpg).unwrap();
     std::os::unix::fs::symlink("..", d.join("cat/up")).unwrap();
     std::os::unix::fs::symlink(d, d.join("dog/root")).unwrap();
-    std::os::unix::fs::symlink("../cat", d.join("dog/cats")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), d.join("dog/more")).unwrap();
     let root = d.to_path_buf();
     let source = common::with_timeout(std::time::Duration::from_secs(20), move || {
         Source::from_dir(&root).unwrap()
@@ -1163,9 +1165,49 @@ fn issue_6_links_back_up_a_class_folder_tree_do_not_hang() {
         [
             ("cat/a.jpg".to_string(), 0),
             ("dog/a.jpg".to_string(), 1),
-            ("dog/cats/a.jpg".to_string(), 1)
+            ("dog/more/b.jpg".to_string(), 1)
         ]
     );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_folder_reached_twice_through_links_is_an_error_not_two_labels() {
+    // `dog/cats -> ../cat` gave cat's images a second label; links reaching one folder many
+    // ways (each level linking the next twice) made the walk exponential.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let jpg = std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap();
+    for class in ["cat", "dog"] {
+        std::fs::create_dir(d.join(class)).unwrap();
+        std::fs::write(d.join(class).join("a.jpg"), &jpg).unwrap();
+    }
+    std::os::unix::fs::symlink("../cat", d.join("dog/cats")).unwrap();
+    let e = Source::from_dir(d).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("reached twice") && msg.contains("dog/cats") && msg.contains("cat"),
+        "{msg}"
+    );
+    std::fs::remove_file(d.join("dog/cats")).unwrap();
+
+    // A chain of 40 levels, each holding two links to the next: 2^40 paths, refused at once.
+    let mut level = d.join("dog/deep");
+    std::fs::create_dir(&level).unwrap();
+    for _ in 0..40 {
+        let next = level.join("n");
+        std::fs::create_dir(&next).unwrap();
+        std::os::unix::fs::symlink("n", level.join("l1")).unwrap();
+        std::os::unix::fs::symlink("n", level.join("l2")).unwrap();
+        level = next;
+    }
+    std::fs::write(level.join("z.jpg"), &jpg).unwrap();
+    let root = d.to_path_buf();
+    let e = common::with_timeout(std::time::Duration::from_secs(20), move || {
+        Source::from_dir(&root).unwrap_err()
+    });
+    assert!(e.to_string().contains("reached twice"), "{e}");
 }
 
 #[cfg(unix)]
