@@ -273,14 +273,20 @@ impl fmt::Display for Escaped<'_> {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.0 {
-            ErrorKind::Io { path, source } => write!(f, "{}: {source}", Shown(path)),
+            ErrorKind::Io { path, source } => write!(f, "{}: {}", Shown(path), Escaped(&source.to_string())),
             ErrorKind::Remote { path, source } => write!(
                 f,
-                "{}: object storage failed after retries: {source}",
-                Shown(path)
+                "{}: object storage failed after retries: {}",
+                Shown(path),
+                Escaped(&source.to_string())
             ),
             ErrorKind::Decode { path, source } => {
-                write!(f, "{}: cannot decode image: {source}", Shown(path))
+                write!(
+                    f,
+                    "{}: cannot decode image: {}",
+                    Shown(path),
+                    Escaped(&source.to_string())
+                )
             }
             ErrorKind::List { path, line, reason } => {
                 write!(f, "{}:{line}: {}", Shown(path), Escaped(reason))
@@ -290,13 +296,14 @@ impl fmt::Display for Error {
             }
             ErrorKind::CorruptCache { path, detail } => write!(
                 f,
-                "{}: corrupt cache: {detail} (delete the file to rebuild it)",
-                Shown(path)
+                "{}: corrupt cache: {} (delete the file to rebuild it)",
+                Shown(path),
+                Escaped(detail)
             ),
             ErrorKind::InvalidConfig { setting, reason } => {
-                write!(f, "invalid setting `{setting}`: {reason}")
+                write!(f, "invalid setting `{setting}`: {}", Escaped(reason))
             }
-            ErrorKind::Device(e) => write!(f, "device error: {e}"),
+            ErrorKind::Device(e) => write!(f, "device error: {}", Escaped(&e.to_string())),
             ErrorKind::FeatureDisabled { feature } => write!(
                 f,
                 "this build of imagefeed lacks the `{feature}` cargo feature; rebuild with `--features {feature}`"
@@ -312,10 +319,11 @@ impl fmt::Display for Error {
             } => match path {
                 Some(p) => write!(
                     f,
-                    "{}: the {stage} thread panicked on this sample: {message}",
-                    Shown(p)
+                    "{}: the {stage} thread panicked on this sample: {}",
+                    Shown(p),
+                    Escaped(message)
                 ),
-                None => write!(f, "the {stage} thread panicked: {message}"),
+                None => write!(f, "the {stage} thread panicked: {}", Escaped(message)),
             },
             ErrorKind::Spawn(e) => write!(f, "cannot start a pipeline thread: {e}"),
         }
@@ -365,6 +373,21 @@ mod tests {
         );
         let e = Error::list("list.txt", 3, "`x\ty.jpg` is listed again");
         assert_eq!(e.to_string(), "list.txt:3: `x\\ty.jpg` is listed again");
+        // Causes that quote text from elsewhere (a server's multi-line answer, a decoder's
+        // message, a setting's value) too.
+        let io = std::io::Error::other("<Error>\n<Key>a\u{1b}b</Key>");
+        assert_eq!(
+            Error::remote("s3://b/k", io).to_string(),
+            "s3://b/k: object storage failed after retries: <Error>\\n<Key>a\\u{1b}b</Key>"
+        );
+        assert_eq!(
+            Error::decode("a.jpg", DecodeFailure("bad\rmarker".into())).to_string(),
+            "a.jpg: cannot decode image: bad\\rmarker"
+        );
+        assert_eq!(
+            Error::config("cache", "x\u{7}y").to_string(),
+            "invalid setting `cache`: x\\u{7}y"
+        );
         // Plain text is untouched.
         assert_eq!(Error::source("a b.tar", "ok").to_string(), "a b.tar: ok");
     }
