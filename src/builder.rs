@@ -137,6 +137,8 @@ pub(crate) struct Config {
     /// The source is read in order (tar shards): the shuffle buffer holds decoded samples.
     /// Otherwise it shuffles sample indices before decoding.
     pub(crate) sequential_source: bool,
+    /// Samples in the source (`usize::MAX` where a test builds a `Config` without one).
+    pub(crate) source_len: usize,
     pub(crate) seed: u64,
     pub(crate) decode_threads: usize,
     pub(crate) autotune: bool,
@@ -179,6 +181,7 @@ impl Default for Config {
             shuffle: true,
             shuffle_buffer: 0,
             sequential_source: false,
+            source_len: usize::MAX,
             seed: 0,
             decode_threads: 0,
             autotune: false,
@@ -253,9 +256,12 @@ impl Config {
     }
     /// Decoded samples the shuffle buffer holds: `shuffle_buffer` for a source read in order,
     /// 0 for the others (their buffer shuffles indices before decoding).
+    ///
+    /// A buffer larger than the source never fills, so it behaves as one of `len + 1` slots:
+    /// that is what it is sized as (a `shuffle_buffer(usize::MAX)` must not size a channel).
     pub(crate) fn sample_shuffle_buffer(&self) -> usize {
         if self.sequential_source {
-            self.shuffle_buffer
+            self.shuffle_buffer.min(self.source_len.saturating_add(1))
         } else {
             0
         }
@@ -278,8 +284,10 @@ impl Config {
     pub(crate) fn sample_len(&self) -> usize {
         self.geometry().sample_len()
     }
+    /// Elements of one batch, saturating (an absurd `batch_size` fails `build`'s checks
+    /// instead of wrapping around to a small number).
     pub(crate) fn batch_elems(&self) -> usize {
-        self.batch_size * self.sample_len()
+        self.batch_size.saturating_mul(self.sample_len())
     }
     /// Slots of a device loader's ring: one per batch in the (deepest) prefetch queue, one
     /// being filled, one held by the consumer (see `prefetch/mod.rs`).
@@ -443,13 +451,14 @@ impl LoaderBuilder {
     pub(crate) fn new(source: Source) -> Self {
         let cfg = Config {
             sequential_source: source.kind() == crate::SourceKind::TarShards,
+            source_len: source.len(),
             ..Config::default()
         };
         LoaderBuilder { source, cfg }
     }
 
     /// Images per batch (default 64). Memory: each batch is `batch_size` × height × width × 3
-    /// × the dtype's size (64 × 160 × 160 × 3 × 4 B = 19.7 MB for f32).
+    /// × the dtype's size (64 × 160 × 160 × 3 × 4 B = 19.7 MB for f32). At most 2^20.
     pub fn batch_size(mut self, n: usize) -> Self {
         self.cfg.batch_size = n;
         self
@@ -532,7 +541,7 @@ impl LoaderBuilder {
     }
 
     /// Decode threads the loader owns (default 0: one per core). Memory: about 40 MB of
-    /// reusable buffers each, at most.
+    /// reusable buffers each, at most. At most 1024.
     pub fn decode_threads(mut self, n: usize) -> Self {
         self.cfg.decode_threads = n;
         self
@@ -552,7 +561,7 @@ impl LoaderBuilder {
     }
 
     /// Ready batches queued ahead of the consumer (default 2, at least 1). Memory: one batch
-    /// each.
+    /// each. At most 1024.
     pub fn prefetch(mut self, batches: usize) -> Self {
         self.cfg.prefetch = batches;
         self
@@ -755,8 +764,9 @@ impl LoaderBuilder {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming the setting, for a
-    /// zero batch size or image size, a zero or non-finite `std`, a zero `prefetch` or
-    /// `max_pixels`, or a memory budget over [`host_memory_limit`](Self::host_memory_limit);
+    /// zero batch size or image size, a zero or non-finite `std` (or a `mean`/`std` mapping
+    /// pixels outside the dtype's finite range), a zero `prefetch` or `max_pixels`, a
+    /// `batch_size` over 2^20, a `prefetch` or `decode_threads` over 1024, or a memory budget over [`host_memory_limit`](Self::host_memory_limit);
     /// [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled) or
     /// [`ErrorKind::Device`](crate::ErrorKind::Device) for a device that cannot be used.
     pub fn build(self) -> Result<Loader, Error> {
@@ -778,8 +788,36 @@ impl LoaderBuilder {
                 "mean must be finite and std finite and non-zero",
             ));
         }
+        check_normalized_range(cfg)?;
+        if cfg.batch_size > MAX_BATCH_SIZE {
+            return Err(Error::config(
+                "batch_size",
+                format!(
+                    "{} is over the most a batch may hold, {MAX_BATCH_SIZE} samples",
+                    cfg.batch_size
+                ),
+            ));
+        }
         if cfg.prefetch == 0 {
             return Err(Error::config("prefetch", "must be at least 1"));
+        }
+        if cfg.prefetch > MAX_PREFETCH_SETTING {
+            return Err(Error::config(
+                "prefetch",
+                format!(
+                    "{} batches is over the most the queue may hold, {MAX_PREFETCH_SETTING}",
+                    cfg.prefetch
+                ),
+            ));
+        }
+        if cfg.decode_threads > MAX_DECODE_THREADS {
+            return Err(Error::config(
+                "decode_threads",
+                format!(
+                    "{} is over the most the loader starts, {MAX_DECODE_THREADS}",
+                    cfg.decode_threads
+                ),
+            ));
         }
         if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
             return Err(Error::config(
@@ -856,6 +894,43 @@ impl LoaderBuilder {
     }
 }
 
+/// The most samples one batch may hold: far beyond any per-process training batch, and
+/// small enough that the loader's per-sample bookkeeping (channel slots sized by the batch)
+/// stays a few tens of megabytes whatever the memory limit.
+pub(crate) const MAX_BATCH_SIZE: usize = 1 << 20;
+/// The deepest prefetch queue a user may ask for (each batch in it is memory).
+pub(crate) const MAX_PREFETCH_SETTING: usize = 1024;
+/// The most decode threads a user may ask for.
+pub(crate) const MAX_DECODE_THREADS: usize = 1024;
+
+/// Refuses `mean`/`std` whose normalized pixels (`x / 255 - mean) / std` for `x` in 0..=255,
+/// computed as the pipeline does) are not finite, or do not fit the batch's float type: a
+/// `std` of `1e-45` passes "finite and non-zero" but makes every pixel infinite or NaN.
+fn check_normalized_range(cfg: &Config) -> Result<(), Error> {
+    let max = match cfg.dtype {
+        crate::Dtype::U8 => return Ok(()),
+        crate::Dtype::F16 => 65504.0,
+        _ => f32::MAX,
+    };
+    for c in 0..3 {
+        let scale = 1.0 / (255.0 * cfg.std[c]);
+        let bias = -cfg.mean[c] / cfg.std[c];
+        let ends = [bias, 255.0f32.mul_add(scale, bias), 255.0 * scale + bias];
+        if !scale.is_finite() || ends.iter().any(|v| !v.is_finite() || v.abs() > max) {
+            return Err(Error::config(
+                "normalize",
+                format!(
+                    "channel {c}: mean {:?} and std {:?} map pixels outside the finite range of {}",
+                    cfg.mean[c],
+                    cfg.std[c],
+                    cfg.dtype.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn what_to_lower(b: &MemoryBudget) -> &'static str {
     let parts = [
         (
@@ -918,6 +993,58 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("prefetch"), "{e}");
+    }
+
+    /// Settings whose sizes a memory limit of `u64::MAX` would let through still fail in
+    /// `build`: they aborted the process allocating channels (`prefetch(1 << 40)`: 132 TB;
+    /// `batch_size(240191980126428)`, whose bytes wrapped to 0), or hung starting 2^59
+    /// threads, or made every pixel infinite (`std` 1e-45).
+    #[test]
+    fn absurd_settings_fail_in_build_even_without_a_memory_limit() {
+        let build = |f: fn(LoaderBuilder) -> LoaderBuilder| {
+            f(LoaderBuilder::new(source()).host_memory_limit(u64::MAX))
+                .build()
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        type Edit = fn(LoaderBuilder) -> LoaderBuilder;
+        let cases: [(Edit, &str); 7] = [
+            (|b| b.batch_size(240_191_980_126_428), "batch_size"),
+            (|b| b.batch_size(MAX_BATCH_SIZE + 1), "batch_size"),
+            (|b| b.prefetch(1 << 40), "prefetch"),
+            (|b| b.decode_threads(1 << 59), "decode_threads"),
+            (|b| b.normalize([0.0; 3], [1e-45; 3]), "normalize"),
+            (|b| b.normalize([0.0; 3], [1e-39, 1.0, 1.0]), "channel 0"),
+            (
+                |b| b.normalize([0.0; 3], [1e-5; 3]).dtype(crate::Dtype::F16),
+                "f16",
+            ),
+        ];
+        for (f, want) in cases {
+            let e = build(f).unwrap_err();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        // At the caps, and with a std that f32 holds but f16 does not, it builds.
+        build(|b| b.batch_size(MAX_BATCH_SIZE).dtype(crate::Dtype::U8)).unwrap();
+        build(|b| {
+            b.prefetch(MAX_PREFETCH_SETTING)
+                .decode_threads(MAX_DECODE_THREADS)
+        })
+        .unwrap();
+        build(|b| b.normalize([0.0; 3], [1e-5; 3])).unwrap();
+        build(|b| {
+            b.normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+                .dtype(crate::Dtype::F16)
+        })
+        .unwrap();
+        // A tar shard source's sample shuffle buffer is sized by the source, not the setting.
+        let cfg = Config {
+            shuffle_buffer: usize::MAX,
+            sequential_source: true,
+            source_len: 10,
+            ..Config::default()
+        };
+        assert_eq!(cfg.sample_shuffle_buffer(), 11);
     }
 
     #[test]

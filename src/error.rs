@@ -245,6 +245,10 @@ struct Shown<'a>(&'a std::path::Path);
 
 impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.as_os_str().is_empty() {
+            // `Source::open("")` said ": No such file or directory".
+            return f.write_str("(empty path)");
+        }
         Escaped(&self.0.to_string_lossy()).fmt(f)
     }
 }
@@ -390,6 +394,12 @@ mod tests {
         );
         // Plain text is untouched.
         assert_eq!(Error::source("a b.tar", "ok").to_string(), "a b.tar: ok");
+    }
+
+    #[test]
+    fn an_empty_path_is_named_as_one() {
+        let e = Error::io("", std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(e.to_string().starts_with("(empty path): "), "{e}");
     }
 
     #[test]

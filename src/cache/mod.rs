@@ -168,6 +168,27 @@ impl Cache {
         // Writing renames PATH.partial over PATH: follow a symbolic link to where the cache
         // really lives, and refuse to replace anything that is not a cache of ours.
         let given = path;
+        // An empty path would write `.partial` and `.lock` into the current folder; one that
+        // ends in a separator names a folder, not the cache file in it.
+        let text = path.as_os_str();
+        if text.is_empty() {
+            return Err(Error::config("cache", "the cache path is empty"));
+        }
+        if text
+            .as_encoded_bytes()
+            .last()
+            .is_some_and(|b| std::path::is_separator(char::from(*b)))
+            || path.file_name().is_none()
+        {
+            return Err(Error::config(
+                "cache",
+                format!(
+                    "{} names a folder, not a cache file: give the file's path (for example {})",
+                    path.display(),
+                    path.join("imagefeed.cache").display()
+                ),
+            ));
+        }
         let path = &resolve_link(path)?;
         let dir = path
             .parent()

@@ -593,3 +593,26 @@ fn a_cache_in_a_missing_folder_is_an_error_naming_the_folder() {
     }
     assert!(!missing.exists(), "the loader creates no folder");
 }
+
+#[test]
+fn an_empty_cache_path_or_one_naming_a_folder_is_an_error() {
+    // `cache("")` wrote `.partial` and `.lock` into the current folder and ran.
+    let (dir, list) = private_copy(2);
+    let err = |cache: &Path| {
+        builder(Source::from_list_file(&list).unwrap())
+            .cache(cache)
+            .build()
+            .unwrap_err()
+    };
+    let e = err(Path::new(""));
+    assert!(matches!(e.kind(), ErrorKind::InvalidConfig { .. }), "{e}");
+    assert!(e.to_string().contains("empty"), "{e}");
+    // A path ending in a separator names a folder (here one that does not exist yet).
+    let slash = format!("{}/", dir.path().join("new-cache").display());
+    let e = err(Path::new(&slash)).to_string();
+    assert!(
+        e.contains("names a folder") && e.contains("new-cache"),
+        "{e}"
+    );
+    assert!(!dir.path().join("new-cache").exists());
+}
