@@ -662,12 +662,14 @@ fn issue_6_host_memory_limit_names_what_to_lower() {
     assert_eq!(setting, "host_memory_limit");
     assert!(msg.contains("lower max_pixels"), "{msg}");
     // A huge shuffle buffer dominates (over tar shards, where it holds decoded samples; over
-    // files it shuffles indices and costs 4 bytes a slot).
+    // files it shuffles indices and costs 4 bytes a slot). It holds at most the source's
+    // samples, so the shards hold 3,000 (one small file, listed again and again).
     let shards = tempfile::tempdir().unwrap();
+    let tiny = common::testdata("valid/odd_7x5.jpg");
     imagefeed::write_shards(
-        &Source::from_dir(crate::common::testdata("classes")).unwrap(),
+        &Source::from_entries((0..3000).map(|i| (tiny.clone(), i % 3))).unwrap(),
         shards.path(),
-        100,
+        1000,
         None,
     )
     .unwrap();
