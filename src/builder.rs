@@ -789,36 +789,12 @@ impl LoaderBuilder {
             ));
         }
         check_normalized_range(cfg)?;
-        if cfg.batch_size > MAX_BATCH_SIZE {
-            return Err(Error::config(
-                "batch_size",
-                format!(
-                    "{} is over the most a batch may hold, {MAX_BATCH_SIZE} samples",
-                    cfg.batch_size
-                ),
-            ));
-        }
+        at_most("batch_size", cfg.batch_size, MAX_BATCH_SIZE)?;
         if cfg.prefetch == 0 {
             return Err(Error::config("prefetch", "must be at least 1"));
         }
-        if cfg.prefetch > MAX_PREFETCH_SETTING {
-            return Err(Error::config(
-                "prefetch",
-                format!(
-                    "{} batches is over the most the queue may hold, {MAX_PREFETCH_SETTING}",
-                    cfg.prefetch
-                ),
-            ));
-        }
-        if cfg.decode_threads > MAX_DECODE_THREADS {
-            return Err(Error::config(
-                "decode_threads",
-                format!(
-                    "{} is over the most the loader starts, {MAX_DECODE_THREADS}",
-                    cfg.decode_threads
-                ),
-            ));
-        }
+        at_most("prefetch", cfg.prefetch, MAX_PREFETCH_SETTING)?;
+        at_most("decode_threads", cfg.decode_threads, MAX_DECODE_THREADS)?;
         if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
             return Err(Error::config(
                 "shard",
@@ -902,6 +878,18 @@ pub(crate) const MAX_BATCH_SIZE: usize = 1 << 20;
 pub(crate) const MAX_PREFETCH_SETTING: usize = 1024;
 /// The most decode threads a user may ask for.
 pub(crate) const MAX_DECODE_THREADS: usize = 1024;
+
+/// Refuses a count setting over its cap (the caps keep channels and thread pools sized by
+/// these settings bounded even under a memory limit of `u64::MAX`).
+fn at_most(setting: &'static str, value: usize, max: usize) -> Result<(), Error> {
+    if value > max {
+        return Err(Error::config(
+            setting,
+            format!("{value} is over the most allowed, {max}"),
+        ));
+    }
+    Ok(())
+}
 
 /// Refuses `mean`/`std` whose normalized pixels (`x / 255 - mean) / std` for `x` in 0..=255,
 /// computed as the pipeline does) are not finite, or do not fit the batch's float type: a
