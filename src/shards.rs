@@ -441,6 +441,64 @@ impl Pending {
     }
 }
 
+/// A reader that keeps the first bytes read through it: a shard that fails to index is told
+/// apart as a compressed file by its magic number, instead of by the tar reader's complaint
+/// about a header checksum made of compressed bytes.
+struct Head<R> {
+    inner: R,
+    head: [u8; 6],
+    len: usize,
+}
+
+impl<R> Head<R> {
+    fn new(inner: R) -> Self {
+        Head {
+            inner,
+            head: [0; 6],
+            len: 0,
+        }
+    }
+
+    /// `e`, or, for a shard that starts like a compressed file, an error that says so.
+    fn explain(&self, e: Error, name: &str) -> Error {
+        let head = &self.head[..self.len];
+        let kind = [
+            (&b"\x1f\x8b"[..], "gzip", "gunzip"),
+            (b"\xfd7zXZ\x00", "xz", "unxz"),
+            (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+            (b"\x04\x22\x4d\x18", "lz4", "unlz4"),
+        ]
+        .into_iter()
+        .find(|(magic, ..)| head.starts_with(magic));
+        match kind {
+            Some((_, kind, tool)) => Error::source(
+                name,
+                format!(
+                    "a {kind}-compressed file, not a tar archive: decompress it (`{tool}`); \
+                     shards are read as plain tar, a member at a time"
+                ),
+            ),
+            None => e,
+        }
+    }
+}
+
+impl<R: Read> Read for Head<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let keep = (self.head.len() - self.len).min(n);
+        self.head[self.len..self.len + keep].copy_from_slice(&buf[..keep]);
+        self.len += keep;
+        Ok(n)
+    }
+}
+
+impl<R: std::io::Seek> std::io::Seek for Head<R> {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.inner.seek(pos)
+    }
+}
+
 /// One sample found while indexing a shard.
 struct Found {
     member: String,
@@ -493,9 +551,18 @@ fn index_shard<R: Read>(
     // Raw entries: the `tar` crate would read GNU long names and PAX headers whole, however
     // large, before handing over the member they describe. They are read here, size-checked.
     let mut pending = Pending::default();
+    // Where the header after the last member read starts: the reader stops there at an
+    // end-of-archive (zero) block, or at the end of the file.
+    let (mut next_header, mut members) = (0u64, 0usize);
     for (n, entry) in entries.raw(true).enumerate() {
         let mut entry = entry
             .map_err(|e| damaged(format!("not a valid tar archive (after {n} members): {e}")))?;
+        members = n + 1;
+        next_header = entry
+            .raw_file_position()
+            .saturating_add(entry.size())
+            .div_ceil(BLOCK)
+            .saturating_mul(BLOCK);
         let header = entry.header();
         let kind = header.entry_type();
         let recognized = header.as_gnu().is_some() || header.as_ustar().is_some();
@@ -642,7 +709,34 @@ fn index_shard<R: Read>(
             "the archive ends after an extension header, without the member it describes".into(),
         ));
     }
+    // A shard cut at a member's end (or in its padding) reads as a shorter, valid-looking
+    // archive: only the missing end-of-archive block tells. Copies and downloads cut short
+    // at a block or page boundary are common, and would silently lose the rest of the shard.
+    if next_header.saturating_add(BLOCK) > shard_size {
+        return Err(damaged(if members == 0 {
+            format!("truncated: {shard_size} bytes, not even one tar header")
+        } else {
+            format!(
+                "truncated: the file ends at byte {shard_size}, but its {members} member(s) and                  their padding run to byte {next_header}, where the next member or the                  end-of-archive block must follow (a copy or download cut short?)"
+            )
+        }));
+    }
     flush(&mut key, &mut image, &mut label, &mut out)?;
+    // A key met again further on is a second sample under the same name, perhaps with another
+    // label (a file list refuses a path listed twice with two labels): refuse it by name.
+    let mut keys: Vec<(&str, usize)> = out
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (split_member(&f.member).0, i))
+        .collect();
+    keys.sort_unstable();
+    if let Some(w) = keys.windows(2).find(|w| w[0].0 == w[1].0) {
+        let (first, again) = (&out[w[0].1], &out[w[1].1]);
+        return Err(damaged(format!(
+            "sample `{}` appears twice, as `{}` (byte {}) and again as `{}` (byte {}):              each key names one sample",
+            w[0].0, first.member, first.offset, again.member, again.offset
+        )));
+    }
     Ok(out)
 }
 
@@ -823,9 +917,11 @@ pub(crate) fn index_local(paths: &[PathBuf]) -> Result<Source, Error> {
         |k| {
             let p = &paths[k];
             let f = std::fs::File::open(p).map_err(|e| Error::io(p, e))?;
-            let mut archive = tar::Archive::new(std::io::BufReader::new(f));
+            let mut archive = tar::Archive::new(std::io::BufReader::new(Head::new(f)));
             let entries = archive.entries_with_seek().map_err(|e| Error::io(p, e))?;
-            index_shard(entries, &p.to_string_lossy(), sizes[k])
+            let name = p.to_string_lossy();
+            index_shard(entries, &name, sizes[k])
+                .map_err(|e| archive.into_inner().get_ref().explain(e, &name))
         },
         #[cfg(feature = "remote")]
         None,
@@ -888,9 +984,10 @@ pub(crate) fn open_remote(
                     }
                 }
                 let reader = st.range_reader(key, 0, *size)?;
-                let mut archive = tar::Archive::new(std::io::BufReader::new(reader));
+                let mut archive = tar::Archive::new(std::io::BufReader::new(Head::new(reader)));
                 let entries = archive.entries().map_err(|e| Error::io(name, e))?;
                 index_shard(entries, name, *size)
+                    .map_err(|e| archive.into_inner().get_ref().explain(e, name))
             },
             Some(store.clone()),
         )

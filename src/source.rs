@@ -311,9 +311,20 @@ impl Source {
             classes.push((name.to_string_lossy().into_owned(), p));
         }
         if classes.is_empty() {
+            let compressed = compressed_tar_in(dir);
             return Err(Error::source(
                 dir,
-                "no class folders: expected one sub-folder per class, each holding images",
+                match compressed {
+                    Some(name) => format!(
+                        "no class folders and no .tar shards, but compressed tar files \
+                         (`{}`): decompress them to .tar shards, which are read a member at a \
+                         time",
+                        shown(name.as_encoded_bytes())
+                    ),
+                    None => "no class folders: expected one sub-folder per class, each holding \
+                             images"
+                        .into(),
+                },
             ));
         }
         classes.sort();
@@ -776,6 +787,54 @@ const MAX_LINE_BYTES: usize = 16 << 10;
 /// memory it takes is the index it builds plus 24 bytes an entry while it runs (for duplicate
 /// detection), whatever the list's size or content. `size_hint`: the list's length in bytes,
 /// if known (an upper bound of the index's path bytes, reserved up front).
+/// A compressed tar file (`x.tar.gz`, `x.tgz`, ...) directly in `dir`, if there is one.
+fn compressed_tar_in(dir: &Path) -> Option<std::ffi::OsString> {
+    const ENDINGS: [&str; 8] = [
+        ".tar.gz",
+        ".tgz",
+        ".tar.zst",
+        ".tar.zstd",
+        ".tar.xz",
+        ".txz",
+        ".tar.bz2",
+        ".tar.lz4",
+    ];
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name())
+        .find(|name| {
+            let lower = name.to_string_lossy().to_ascii_lowercase();
+            ENDINGS.iter().any(|end| lower.ends_with(end))
+        })
+}
+
+/// What a file starting with `head` holds, if it is plainly not a text list.
+fn binary_kind(head: &[u8]) -> Option<&'static str> {
+    const KINDS: [(&[u8], &str); 8] = [
+        (b"\xff\xfe", "UTF-16 text: save it as UTF-8"),
+        (b"\xfe\xff", "UTF-16 text: save it as UTF-8"),
+        (
+            b"\x1f\x8b",
+            "gzip-compressed data: decompress it (tar shards are read uncompressed)",
+        ),
+        (b"\xfd7zXZ\x00", "xz-compressed data: decompress it"),
+        (b"\x28\xb5\x2f\xfd", "zstd-compressed data: decompress it"),
+        (b"PK\x03\x04", "a zip archive: unpack it"),
+        (b"\xff\xd8\xff", "a JPEG image"),
+        (b"\x89PNG", "a PNG image"),
+    ];
+    if let Some((_, kind)) = KINDS.iter().find(|(magic, _)| head.starts_with(magic)) {
+        return Some(kind);
+    }
+    // `BZh9` then the block magic (a list's first path may well start with "BZh").
+    if head.len() >= 10 && head.starts_with(b"BZh") && &head[4..10] == b"1AY&SY" {
+        return Some("bzip2-compressed data: decompress it");
+    }
+    (head.get(257..262) == Some(b"ustar"))
+        .then_some("a tar archive: open it as tar shards (name it .tar)")
+}
+
 pub(crate) fn parse_list_from(
     list: &Path,
     base: PathBuf,
@@ -804,6 +863,14 @@ pub(crate) fn parse_list_from(
     let mut key = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(256);
     let mut line_no = 0u64;
+    // A file that is not a text list at all (a shard, an image, a compressed list) fails on
+    // its first "line" with a label made of binary bytes: say what it is instead.
+    if let Some(kind) = binary_kind(reader.fill_buf().map_err(|e| Error::io(list, e))?) {
+        return Err(Error::source(
+            list,
+            format!("is not a file list of `PATH<TAB>LABEL` lines: it holds {kind}"),
+        ));
+    }
     loop {
         buf.clear();
         let read = (&mut reader)
@@ -843,6 +910,16 @@ pub(crate) fn parse_list_from(
             continue;
         }
         let at = line_no as usize;
+        if line.contains(&b'\r') {
+            // Lines ended by a bare CR (classic Mac OS, some exporters) read as one line whose
+            // "path" runs over many entries, and whose last label would be taken.
+            return Err(Error::list(
+                list,
+                at,
+                "a carriage return (CR) inside the line: the list's lines seem to end in bare \
+                 CRs; end them in LF (or CRLF)",
+            ));
+        }
         let (path, label) = split_line(line).ok_or_else(|| {
             Error::list(
                 list,

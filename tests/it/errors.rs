@@ -528,6 +528,50 @@ fn expect_list_line(content: &[u8], want_line: usize, words: &[&str]) {
     }
 }
 
+/// Lines ended by bare CRs read as one line (its "path" ran over every entry, and the last
+/// label was taken); a compressed list, a UTF-16 one, a shard or an image given as the list
+/// failed on a "label" of binary bytes. Each now says what it is.
+#[test]
+fn a_list_with_bare_cr_line_ends_or_of_binary_data_says_so() {
+    expect_list_line(b"a.jpg\t1\rb.jpg\t2\r", 1, &["carriage return", "bare CR"]);
+    // gzip's header (magic, deflate, no flags), then bytes: enough to be told by its magic.
+    let gz = b"\x1f\x8b\x08\0\0\0\0\0\0\x03KT\xc8*HW0\xe4\x02\0".to_vec();
+    for (content, words) in [
+        (gz, &["gzip-compressed"][..]),
+        (
+            b"\xff\xfea\0.\0j\0p\0g\0 \x001\0\n\0".to_vec(),
+            &["UTF-16", "UTF-8"][..],
+        ),
+        (
+            std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap(),
+            &["a JPEG image"][..],
+        ),
+        (
+            {
+                let mut b = tar::Builder::new(Vec::new());
+                let mut h = tar::Header::new_ustar();
+                h.set_size(1);
+                b.append_data(&mut h, "a.cls", &b"1"[..]).unwrap();
+                b.into_inner().unwrap()
+            },
+            &["a tar archive"][..],
+        ),
+    ] {
+        let (_p, e, _dir) = list_error(&content);
+        assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("is not a file list"), "{msg}");
+        for w in words {
+            assert!(msg.contains(w), "`{w}` missing: {msg}");
+        }
+    }
+    // A list whose first path starts with the letters of a magic number is still a list.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ok.txt");
+    std::fs::write(&p, "BZh9_photos/a.jpg 1\nPK.jpg 2\n").unwrap();
+    assert_eq!(Source::from_list_file(&p).unwrap().len(), 2);
+}
+
 #[test]
 fn issue_2_malformed_list_lines_name_the_line() {
     expect_list_line(

@@ -305,6 +305,69 @@ fn write(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
     p
 }
 
+/// A shard cut anywhere before its end-of-archive block is an error naming it: cut at a
+/// member's end or in its padding it read as a shorter, valid archive, and the samples after
+/// the cut were lost without a word (a copy cut short at a block or page boundary).
+#[test]
+fn a_shard_cut_at_a_member_boundary_is_truncated_not_shorter() {
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let good = tar_of(&[
+        ("a.jpg", &jpg),
+        ("a.cls", b"3"),
+        ("b.jpg", &jpg),
+        ("b.cls", b"4\n"),
+    ]);
+    // `tar::Builder` ends the archive with two zero blocks; losing the second loses nothing.
+    let complete = good.len() - 512;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cuts: Vec<usize> = (0..=good.len()).step_by(512).collect();
+    cuts.extend((1..good.len()).step_by(509));
+    for len in cuts {
+        let p = write(dir.path(), "s.tar", &good[..len]);
+        match Source::from_tar_shards([&p]) {
+            Ok(s) => {
+                assert!(
+                    len >= complete,
+                    "cut at {len} of {} read as {} samples",
+                    good.len(),
+                    s.len()
+                );
+                assert_eq!((s.len(), s.label(1)), (2, Some(4)));
+            }
+            Err(e) => {
+                assert!(len < complete, "cut at {len}: {e}");
+                assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e}");
+                assert!(e.to_string().contains("s.tar"), "{e}");
+            }
+        }
+    }
+    // A gzip-compressed shard named .tar, and a folder of only compressed ones, say so.
+    let mut gz = b"\x1f\x8b\x08\0\0\0\0\0\0\x03".to_vec();
+    gz.extend((0..2000u32).map(|i| (i * 7919 % 251) as u8));
+    let p = write(dir.path(), "s.tar", &gz);
+    let e = Source::from_tar_shards([&p]).unwrap_err().to_string();
+    assert!(
+        e.contains("s.tar") && e.contains("gzip-compressed") && e.contains("gunzip"),
+        "{e}"
+    );
+    let only_gz = dir.path().join("gz");
+    std::fs::create_dir(&only_gz).unwrap();
+    write(&only_gz, "shard-0.tar.gz", &gz);
+    let e = Source::open(&only_gz).unwrap_err().to_string();
+    assert!(
+        e.contains("compressed tar files") && e.contains("shard-0.tar.gz"),
+        "{e}"
+    );
+    // At a member boundary the message says so.
+    let a_end = 512 + jpg.len().div_ceil(512) * 512 + 1024; // a.jpg and a.cls, headers and data
+    let p = write(dir.path(), "s.tar", &good[..a_end]);
+    let e = Source::from_tar_shards([&p]).unwrap_err().to_string();
+    assert!(
+        e.contains("truncated") && e.contains("end-of-archive"),
+        "{e}"
+    );
+}
+
 #[test]
 fn issue_7_hostile_shards_get_errors_naming_the_shard() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
@@ -404,6 +467,26 @@ fn labels_apart_from_their_images_or_given_twice_are_errors_and_hard_links_are_r
     );
     let e = Source::from_tar_shards([&twice]).unwrap_err().to_string();
     assert!(e.contains("sample `a` has two labels"), "{e}");
+    // One key twice, apart: two samples of one name, here with two labels (it read as two).
+    let again = write(
+        d,
+        "again.tar",
+        &tar_of(&[
+            ("a.jpg", &jpg),
+            ("a.cls", b"1"),
+            ("b.jpg", &jpg),
+            ("b.cls", b"1"),
+            ("a.jpeg", &jpg),
+            ("a.cls", b"2"),
+        ]),
+    );
+    let e = Source::from_tar_shards([&again]).unwrap_err().to_string();
+    assert!(
+        e.contains("again.tar")
+            && e.contains("sample `a` appears twice, as `a.jpg`")
+            && e.contains("`a.jpeg`"),
+        "{e}"
+    );
     // A hard link to an earlier image (GNU tar writes one for a second name of a file) is
     // that image; a symbolic link, or a hard link to nothing before it, is an error naming it.
     let link = |name: &str, target: &str, kind: tar::EntryType| {
