@@ -337,6 +337,7 @@ impl Source {
         let mut visited = Visited {
             ancestors: vec![std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?],
             seen: Default::default(),
+            classes: classes.iter().map(|(n, _)| n.into()).collect(),
         };
         for (label, (_, class_dir)) in classes.iter().enumerate() {
             files.bytes.clear();
@@ -684,6 +685,8 @@ struct Visited {
     /// reached twice through links would count its images twice, under two labels if in two
     /// class folders, and links reaching one folder many ways made the walk exponential.
     seen: std::collections::HashMap<PathBuf, PathBuf>,
+    /// The class folders' names (a link to an image in one of them names a sample).
+    classes: Vec<std::ffi::OsString>,
 }
 
 /// Adds the images under `dir` (recursively, following links to folders) to `out`.
@@ -728,10 +731,44 @@ fn collect_entries(dir: &Path, out: &mut Walked<'_>, visited: &mut Visited) -> R
         if ft.is_dir() || (ft.is_symlink() && p.is_dir()) {
             collect_images(&p, out, visited)?;
         } else if has_image_extension(&p) {
+            if ft.is_symlink() {
+                check_file_link(&p, visited)?;
+            }
             out.push(&p);
         }
     }
     Ok(())
+}
+
+/// Refuses a link to an image that is a sample of the walk itself (in a class folder of the
+/// same source): the image would be read twice, under two labels if the link is in another
+/// class folder, as with a folder reached twice. A link to an image outside the source
+/// folder is that image's one sample. (Only links are checked: a hard link would need a
+/// `stat` of every file.)
+fn check_file_link(link: &Path, visited: &Visited) -> Result<(), Error> {
+    let (Ok(target), Some(root)) = (std::fs::canonicalize(link), visited.ancestors.first()) else {
+        return Ok(()); // a dangling link: reading it names it
+    };
+    let Ok(rel) = target.strip_prefix(root) else {
+        return Ok(());
+    };
+    let parts: Vec<&OsStr> = rel.iter().collect();
+    let walked = parts.len() >= 2
+        && visited.classes.iter().any(|c| c.as_os_str() == parts[0])
+        && !parts.iter().any(|c| is_hidden(c))
+        && has_image_extension(&target);
+    if !walked {
+        return Ok(());
+    }
+    Err(Error::source(
+        link,
+        format!(
+            "a link to {}, which is a sample of class `{}` itself: the image would be read \
+             twice, under two labels if in two class folders; remove the link (or copy the file)",
+            target.display(),
+            parts[0].to_string_lossy()
+        ),
+    ))
 }
 
 /// The first visible sub-folder of `dir` that holds an image file directly, if any.

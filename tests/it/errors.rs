@@ -1258,6 +1258,36 @@ fn a_folder_reached_twice_through_links_is_an_error_not_two_labels() {
 
 #[cfg(unix)]
 #[test]
+fn a_link_to_an_image_of_another_class_is_an_error_not_a_second_label() {
+    // `dog/1.jpg -> ../cat/1.jpg` read cat's image a second time, as a dog.
+    let dir = tempfile::tempdir().unwrap();
+    let (d, outside) = (dir.path().join("data"), dir.path().join("elsewhere.jpg"));
+    let jpg = std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap();
+    for class in ["cat", "dog"] {
+        std::fs::create_dir_all(d.join(class)).unwrap();
+    }
+    std::fs::write(d.join("cat/1.jpg"), &jpg).unwrap();
+    std::fs::write(d.join("dog/2.jpg"), &jpg).unwrap();
+    std::fs::write(&outside, &jpg).unwrap();
+    std::os::unix::fs::symlink("../cat/1.jpg", d.join("dog/1.jpg")).unwrap();
+    let e = Source::from_dir(&d).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Source { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("dog/1.jpg") && msg.contains("class `cat`") && msg.contains("twice"),
+        "{msg}"
+    );
+    // A link to an image outside the source folder, or to a hidden file in it, is one sample.
+    std::fs::remove_file(d.join("dog/1.jpg")).unwrap();
+    std::os::unix::fs::symlink(&outside, d.join("dog/1.jpg")).unwrap();
+    std::fs::write(d.join("cat/.hidden.jpg"), &jpg).unwrap();
+    std::os::unix::fs::symlink(".hidden.jpg", d.join("cat/shown.jpg")).unwrap();
+    let s = Source::from_dir(&d).unwrap();
+    assert_eq!(s.len(), 4);
+}
+
+#[cfg(unix)]
+#[test]
 fn issue_6_a_fifo_or_device_as_the_list_is_an_error_not_a_hang() {
     // Reading a FIFO blocks until a writer comes; /dev/zero never ends (and the list was read
     // whole into memory).
