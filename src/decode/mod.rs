@@ -551,6 +551,28 @@ impl Decoder {
             .jpeg_set_max_scans(JPEG_SCAN_LIMIT as usize)
             .set_max_width(info.width as usize)
             .set_max_height(info.height as usize);
+        // zune-jpeg fills a scan that runs out of data with zero bits: a header claiming
+        // more pixels than the file holds data for decoded, grey below the real image. In a
+        // Huffman-coded sequential scan every 8×8 block of the full-resolution component
+        // takes at least 2 bits (a DC code and an end-of-block code, at least 1 bit each), so
+        // fewer bytes than blocks / 4 cannot be the image the header describes.
+        if !info.progressive && !info.arithmetic && !info.lossless {
+            let blocks = u64::from(info.width.div_ceil(8)) * u64::from(info.height.div_ceil(8));
+            let data = bytes.len().saturating_sub(info.scan_offset) as u64;
+            if data < blocks / 4 {
+                return Err(fail(
+                    path,
+                    format!(
+                        "zune-jpeg: {data} bytes of image data cannot hold the {}x{} pixels \
+                         the header claims (at least {} bytes): the file is truncated, or its \
+                         header is not its data's",
+                        info.width,
+                        info.height,
+                        blocks / 4
+                    ),
+                ));
+            }
+        }
         let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), opts);
         let zerr = |e: zune_jpeg::errors::DecodeErrors| fail(path, format!("zune-jpeg: {e}"));
         d.decode_headers().map_err(zerr)?;

@@ -172,6 +172,22 @@ fn with_frame_size(jpeg: &[u8], w: u16, h: u16) -> Vec<u8> {
     v
 }
 
+/// A frame header claiming ten times the sides of the data behind it: libjpeg-turbo says the
+/// data ends early; zune-jpeg filled the rest with zero bits and delivered it.
+#[test]
+fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder() {
+    let dir = tempfile::tempdir().unwrap();
+    let orig = std::fs::read(common::testdata("valid/baseline_420.jpg")).unwrap(); // 400x300
+    let p = dir.path().join("claims_4000x3000.jpg");
+    std::fs::write(&p, with_frame_size(&orig, 4000, 3000)).unwrap();
+    for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+        let e = expect_file_error(&p, move |b| b.jpeg_decoder(decoder));
+        println!("{decoder:?}: {e}");
+    }
+    let e = expect_file_error(&p, |b| b.jpeg_decoder(JpegDecoder::Zune)).to_string();
+    assert!(e.contains("cannot hold the 4000x3000 pixels"), "{e}");
+}
+
 #[test]
 fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
     let dir = tempfile::tempdir().unwrap();
