@@ -79,6 +79,8 @@ pub(crate) struct JpegInfo {
     pub(crate) progressive: bool,
     pub(crate) arithmetic: bool,
     pub(crate) lossless: bool,
+    /// Hierarchical (differential) frames: SOF5–7 and SOF13–15.
+    pub(crate) hierarchical: bool,
     /// EXIF orientation 1..=8 (1 when absent or invalid).
     pub(crate) orientation: u8,
     /// The offset of the first scan's header (just after its SOS marker).
@@ -146,6 +148,7 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
                     progressive: matches!(code, 0xC2 | 0xC6 | 0xCA | 0xCE),
                     arithmetic: code >= 0xC9,
                     lossless: matches!(code, 0xC3 | 0xC7 | 0xCB | 0xCF),
+                    hierarchical: matches!(code, 0xC5..=0xC7 | 0xCD..=0xCF),
                     orientation: 1,
                     scan_offset: 0,
                 });

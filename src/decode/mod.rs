@@ -551,6 +551,30 @@ impl Decoder {
             .jpeg_set_max_scans(JPEG_SCAN_LIMIT as usize)
             .set_max_width(info.width as usize)
             .set_max_height(info.height as usize);
+        // zune-jpeg decodes baseline and progressive Huffman-coded frames only, and says
+        // "Number of components cannot be zero" of the others: name what the file is.
+        let process = if info.arithmetic {
+            Some("arithmetic-coded")
+        } else if info.lossless {
+            Some("lossless")
+        } else if info.hierarchical {
+            Some("hierarchical")
+        } else {
+            None
+        };
+        if let Some(process) = process {
+            return Err(fail(
+                path,
+                format!(
+                    "zune-jpeg does not decode {process} JPEGs{}",
+                    if info.hierarchical {
+                        " (nor does libjpeg-turbo)"
+                    } else {
+                        " (libjpeg-turbo, the default decoder, may)"
+                    }
+                ),
+            ));
+        }
         // zune-jpeg fills a scan that runs out of data with zero bits: a header claiming
         // more pixels than the file holds data for decoded, grey below the real image. In a
         // Huffman-coded sequential scan every 8×8 block of the full-resolution component
@@ -1008,6 +1032,7 @@ mod tests {
             progressive: false,
             arithmetic: false,
             lossless: false,
+            hierarchical: false,
             orientation: 1,
             scan_offset: 0,
         };

@@ -186,6 +186,24 @@ fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder()
     }
     let e = expect_file_error(&p, |b| b.jpeg_decoder(JpegDecoder::Zune)).to_string();
     assert!(e.contains("cannot hold the 4000x3000 pixels"), "{e}");
+    // Frame types zune-jpeg does not decode are named as such (it said "Number of
+    // components cannot be zero").
+    for (sof, what) in [
+        (0xC3u8, "lossless"),
+        (0xC5, "hierarchical"),
+        (0xC9, "arithmetic-coded"),
+    ] {
+        let mut v = orig.clone();
+        let at = (2..v.len() - 1)
+            .find(|&i| v[i] == 0xFF && v[i + 1] == 0xC0)
+            .unwrap();
+        v[at + 1] = sof;
+        let p = dir.path().join(format!("sof_{sof:x}.jpg"));
+        std::fs::write(&p, v).unwrap();
+        let e = expect_file_error(&p, |b| b.jpeg_decoder(JpegDecoder::Zune)).to_string();
+        assert!(e.contains(&format!("does not decode {what} JPEGs")), "{e}");
+        expect_file_error(&p, |b| b);
+    }
 }
 
 #[test]
