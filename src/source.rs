@@ -328,6 +328,20 @@ impl Source {
             ));
         }
         classes.sort();
+        let loose = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .flatten()
+            .filter(|e| {
+                !is_hidden(&e.file_name()) && has_image_extension(&e.path()) && e.path().is_file()
+            })
+            .count();
+        if loose > 0 {
+            log::warn!(
+                "{}: {loose} image(s) directly in the source folder are not read: only images \
+                 inside class folders have a label",
+                dir.display()
+            );
+        }
         let mut index = FileIndex::with_origin(dir.to_path_buf(), dir.to_path_buf());
         let mut files = Walked {
             root: dir,
@@ -343,6 +357,13 @@ impl Source {
             files.bytes.clear();
             files.spans.clear();
             collect_images(class_dir, &mut files, &mut visited)?;
+            if files.spans.is_empty() {
+                // Its label stays (labels are the sorted folder names), with no sample.
+                log::warn!(
+                    "{}: a class folder with no .jpg, .jpeg or .png file: label {label} has no sample",
+                    class_dir.display()
+                );
+            }
             files.sort();
             for &span in &files.spans {
                 index.push(files.get(span), label as u32);

@@ -1290,6 +1290,43 @@ fn a_folder_reached_twice_through_links_is_an_error_not_two_labels() {
     assert!(e.to_string().contains("reached twice"), "{e}");
 }
 
+/// An empty class folder keeps its label (labels are the sorted folder names) and images
+/// directly in the source folder have none: both are said, not silently passed over.
+#[test]
+fn an_empty_class_folder_and_loose_images_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let jpg = std::fs::read(common::testdata("photos/photo_0.jpg")).unwrap();
+    for class in ["cat", "empty", "zebra"] {
+        std::fs::create_dir(d.join(class)).unwrap();
+    }
+    std::fs::write(d.join("cat/1.jpg"), &jpg).unwrap();
+    std::fs::write(d.join("zebra/1.jpg"), &jpg).unwrap();
+    std::fs::write(d.join("loose.jpg"), &jpg).unwrap();
+    let s = Source::from_dir(d).unwrap();
+    assert_eq!(
+        (s.len(), s.label(1)),
+        (2, Some(2)),
+        "labels follow the sorted folder names"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        .args(["bench", "--threads", "1", "--json"])
+        .arg(d)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("empty: a class folder with no .jpg")
+            && stderr.contains("label 1 has no sample"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 image(s) directly in the source folder"),
+        "{stderr}"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn a_link_to_an_image_of_another_class_is_an_error_not_a_second_label() {
