@@ -169,7 +169,7 @@ struct BenchArgs {
     /// Number of ranks sharing each epoch (default: $WORLD_SIZE, else 1).
     #[arg(long)]
     world_size: Option<usize>,
-    /// How ranks get equal batch counts: equal-batches (disjoint, complete), repeat or drop.
+    /// How ranks get equal batch counts: equal-batches (every sample once, plus a repeated sample on a short rank only where batch counts would differ), repeat or drop.
     #[arg(long, value_enum, default_value_t = PaddingArg::EqualBatches)]
     shard_padding: PaddingArg,
     /// Write the dataset index of every delivered sample, one a line, in delivery order.
