@@ -766,7 +766,8 @@ impl LoaderBuilder {
     /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming the setting, for a
     /// zero batch size or image size, a zero or non-finite `std` (or a `mean`/`std` mapping
     /// pixels outside the dtype's finite range), a zero `prefetch` or `max_pixels`, a
-    /// `batch_size` over 2^20, a `prefetch` or `decode_threads` over 1024, or a memory budget over [`host_memory_limit`](Self::host_memory_limit);
+    /// `batch_size` over 2^20, a `prefetch` or `decode_threads` over 1024, or a memory budget
+    /// over [`host_memory_limit`](Self::host_memory_limit);
     /// [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled) or
     /// [`ErrorKind::Device`](crate::ErrorKind::Device) for a device that cannot be used.
     pub fn build(self) -> Result<Loader, Error> {

@@ -441,6 +441,20 @@ impl Pending {
     }
 }
 
+/// The compression (name, tool that undoes it) of a file starting with `head`, told by its
+/// magic number: gzip, xz, zstd, lz4.
+pub(crate) fn compression_of(head: &[u8]) -> Option<(&'static str, &'static str)> {
+    [
+        (&b"\x1f\x8b"[..], "gzip", "gunzip"),
+        (b"\xfd7zXZ\x00", "xz", "unxz"),
+        (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+        (b"\x04\x22\x4d\x18", "lz4", "unlz4"),
+    ]
+    .into_iter()
+    .find(|(magic, ..)| head.starts_with(magic))
+    .map(|(_, kind, tool)| (kind, tool))
+}
+
 /// A reader that keeps the first bytes read through it: a shard that fails to index is told
 /// apart as a compressed file by its magic number, instead of by the tar reader's complaint
 /// about a header checksum made of compressed bytes.
@@ -461,17 +475,8 @@ impl<R> Head<R> {
 
     /// `e`, or, for a shard that starts like a compressed file, an error that says so.
     fn explain(&self, e: Error, name: &str) -> Error {
-        let head = &self.head[..self.len];
-        let kind = [
-            (&b"\x1f\x8b"[..], "gzip", "gunzip"),
-            (b"\xfd7zXZ\x00", "xz", "unxz"),
-            (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
-            (b"\x04\x22\x4d\x18", "lz4", "unlz4"),
-        ]
-        .into_iter()
-        .find(|(magic, ..)| head.starts_with(magic));
-        match kind {
-            Some((_, kind, tool)) => Error::source(
+        match compression_of(&self.head[..self.len]) {
+            Some((kind, tool)) => Error::source(
                 name,
                 format!(
                     "a {kind}-compressed file, not a tar archive: decompress it (`{tool}`); \

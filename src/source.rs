@@ -841,10 +841,6 @@ pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<File
 /// spacing. A longer line is refused (or, a comment, skipped) without being held.
 const MAX_LINE_BYTES: usize = 16 << 10;
 
-/// Parses a file list read line by line from `reader`, holding one line at a time, so the
-/// memory it takes is the index it builds plus 24 bytes an entry while it runs (for duplicate
-/// detection), whatever the list's size or content. `size_hint`: the list's length in bytes,
-/// if known (an upper bound of the index's path bytes, reserved up front).
 /// A compressed tar file (`x.tar.gz`, `x.tgz`, ...) directly in `dir`, if there is one.
 fn compressed_tar_in(dir: &Path) -> Option<std::ffi::OsString> {
     const ENDINGS: [&str; 8] = [
@@ -868,31 +864,32 @@ fn compressed_tar_in(dir: &Path) -> Option<std::ffi::OsString> {
 }
 
 /// What a file starting with `head` holds, if it is plainly not a text list.
-fn binary_kind(head: &[u8]) -> Option<&'static str> {
-    const KINDS: [(&[u8], &str); 8] = [
+fn binary_kind(head: &[u8]) -> Option<String> {
+    const KINDS: [(&[u8], &str); 5] = [
         (b"\xff\xfe", "UTF-16 text: save it as UTF-8"),
         (b"\xfe\xff", "UTF-16 text: save it as UTF-8"),
-        (
-            b"\x1f\x8b",
-            "gzip-compressed data: decompress it (tar shards are read uncompressed)",
-        ),
-        (b"\xfd7zXZ\x00", "xz-compressed data: decompress it"),
-        (b"\x28\xb5\x2f\xfd", "zstd-compressed data: decompress it"),
         (b"PK\x03\x04", "a zip archive: unpack it"),
         (b"\xff\xd8\xff", "a JPEG image"),
         (b"\x89PNG", "a PNG image"),
     ];
     if let Some((_, kind)) = KINDS.iter().find(|(magic, _)| head.starts_with(magic)) {
-        return Some(kind);
+        return Some(kind.to_string());
+    }
+    if let Some((kind, tool)) = crate::shards::compression_of(head) {
+        return Some(format!("{kind}-compressed data: decompress it (`{tool}`)"));
     }
     // `BZh9` then the block magic (a list's first path may well start with "BZh").
     if head.len() >= 10 && head.starts_with(b"BZh") && &head[4..10] == b"1AY&SY" {
-        return Some("bzip2-compressed data: decompress it");
+        return Some("bzip2-compressed data: decompress it (`bunzip2`)".into());
     }
     (head.get(257..262) == Some(b"ustar"))
-        .then_some("a tar archive: open it as tar shards (name it .tar)")
+        .then(|| "a tar archive: open it as tar shards (name it .tar)".into())
 }
 
+/// Parses a file list read line by line from `reader`, holding one line at a time, so the
+/// memory it takes is the index it builds plus 24 bytes an entry while it runs (for duplicate
+/// detection), whatever the list's size or content. `size_hint`: the list's length in bytes,
+/// if known (an upper bound of the index's path bytes, reserved up front).
 pub(crate) fn parse_list_from(
     list: &Path,
     base: PathBuf,
