@@ -163,7 +163,7 @@ fn fetch_tar(shared: &EpochShared, tar: &TarIndex, tx: &Sender<Fetched>, budget:
     let mut run: Option<(usize, u64)> = None;
     while let Some(seq) = shared.window.claim() {
         let index = shared.plan[seq];
-        let (shard, offset, len) = tar.locate(index as usize);
+        let (_, _, len) = tar.locate(index as usize);
         let name = shared.source.index.path(index as usize);
         let bytes = if len > limit {
             Err(Error::decode(
@@ -185,8 +185,9 @@ fn fetch_tar(shared: &EpochShared, tar: &TarIndex, tx: &Sender<Fetched>, budget:
                 }
             };
             let mut out = Vec::new();
+            let label = shared.source.index.label(index as usize);
             cursor
-                .read(tar, shard, offset, len, run_end, &name, &mut out)
+                .read(tar, index as usize, label, run_end, &name, &mut out)
                 .map(|()| out)
         };
         let held = if bytes.is_ok() { len } else { 0 };
@@ -209,15 +210,14 @@ fn fetch_tar(shared: &EpochShared, tar: &TarIndex, tx: &Sender<Fetched>, budget:
 /// the position after the run and the byte where the run's last sample ends.
 fn run_of(shared: &EpochShared, tar: &TarIndex, seq: usize) -> (usize, u64) {
     let plan = &shared.plan;
-    let (shard, offset, len) = tar.locate(plan[seq] as usize);
-    let mut end = offset + len;
+    let (shard, _, mut end) = tar.span(plan[seq] as usize);
     let mut k = seq + 1;
     while k < plan.len() && plan[k] == plan[k - 1].wrapping_add(1) {
-        let (s, o, l) = tar.locate(plan[k] as usize);
-        if s != shard || o < end {
+        let (s, first, last) = tar.span(plan[k] as usize);
+        if s != shard || first < end {
             break;
         }
-        end = o + l;
+        end = last;
         k += 1;
     }
     (k, end)

@@ -4,9 +4,12 @@
 //! A shard is a plain tar file; a sample is a run of consecutive members sharing a key (the
 //! member path up to the first `.` of its file name): one image (`KEY.jpg`, `KEY.jpeg`,
 //! `KEY.png`) and its label as decimal text (`KEY.cls`). Opening a shard source reads every
-//! member header once and records, per sample, the shard, the byte offset of the image's data
-//! and its length (20 bytes a sample). Epochs then read each shard front to back with one
-//! stream (one request for object storage), skipping the headers and other members in between.
+//! member header once and records, per sample, the shard, the byte offset and length of the
+//! image's data and of its label's (29 bytes a sample). Epochs then read each shard front to
+//! back with one stream (one request for object storage), skipping other members, and check
+//! each image's tar header and each label member against the index as they go: a shard
+//! rewritten since it was indexed (or a stale `.tar.idx` sidecar) is an error naming the
+//! sample, never an image served under another label.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -21,6 +24,8 @@ use crate::source::{Backing, FileIndex, Source};
 const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
 /// The largest `.cls` member read (a label is a short decimal number).
 const MAX_CLS_BYTES: u64 = 64;
+/// [`TarIndex::label_offset`] of a sample without a `.cls` member.
+const NO_LABEL_MEMBER: u64 = u64::MAX;
 /// At most this many shards are indexed at once.
 const INDEX_THREADS: usize = 8;
 
@@ -89,6 +94,10 @@ pub(crate) struct TarIndex {
     shard_of: Vec<u32>,
     offset: Vec<u64>,
     len: Vec<u64>,
+    /// The data offset of each sample's `.cls` member, [`NO_LABEL_MEMBER`] for none.
+    label_offset: Vec<u64>,
+    /// The data length of each sample's `.cls` member (at most [`MAX_CLS_BYTES`]).
+    label_len: Vec<u8>,
     #[cfg(feature = "remote")]
     pub(crate) store: Option<std::sync::Arc<crate::remote::Store>>,
 }
@@ -98,6 +107,8 @@ impl TarIndex {
         (self.shard_of.capacity() * 4
             + self.offset.capacity() * 8
             + self.len.capacity() * 8
+            + self.label_offset.capacity() * 8
+            + self.label_len.capacity()
             + self
                 .shards
                 .iter()
@@ -105,9 +116,25 @@ impl TarIndex {
                 .sum::<usize>()) as u64
     }
 
-    /// `(shard, data offset, data length)` of sample `i`.
+    /// `(shard, data offset, data length)` of sample `i`'s image.
     pub(crate) fn locate(&self, i: usize) -> (u32, u64, u64) {
         (self.shard_of[i], self.offset[i], self.len[i])
+    }
+
+    /// `(data offset, data length)` of sample `i`'s `.cls` member, if it has one.
+    fn label_member(&self, i: usize) -> Option<(u64, u64)> {
+        let at = self.label_offset[i];
+        (at != NO_LABEL_MEMBER).then(|| (at, u64::from(self.label_len[i])))
+    }
+
+    /// `(shard, first byte, end)` of the data of sample `i`'s members (image and label),
+    /// headers not included.
+    pub(crate) fn span(&self, i: usize) -> (u32, u64, u64) {
+        let (shard, offset, len) = self.locate(i);
+        match self.label_member(i) {
+            Some((at, n)) => (shard, offset.min(at), (offset + len).max(at + n)),
+            None => (shard, offset, offset + len),
+        }
     }
 
     pub(crate) fn stamp(&self, i: usize) -> (u64, u128) {
@@ -118,15 +145,22 @@ impl TarIndex {
         )
     }
 
-    /// Reads sample `i`'s bytes with one seek (or ranged request). `name` names it in errors.
-    pub(crate) fn read_member(&self, i: usize, name: &Path, limit: u64) -> Result<Vec<u8>, Error> {
-        let (shard, offset, len) = self.locate(i);
+    /// Reads sample `i`'s image bytes with one seek (or ranged request), checking its label
+    /// member holds `label`. `name` names it in errors.
+    pub(crate) fn read_member(
+        &self,
+        i: usize,
+        label: u32,
+        name: &Path,
+        limit: u64,
+    ) -> Result<Vec<u8>, Error> {
+        let (_, _, len) = self.locate(i);
         if len > limit {
             return Err(too_large(name, len, limit));
         }
         let mut cursor = ShardCursor::default();
         let mut out = Vec::new();
-        cursor.read(self, shard, offset, len, offset + len, name, &mut out)?;
+        cursor.read(self, i, label, 0, name, &mut out)?;
         Ok(out)
     }
 }
@@ -161,105 +195,160 @@ struct Open {
 const MAX_SKIP: u64 = 8 << 20;
 
 impl ShardCursor {
-    /// Reads `len` bytes at `offset` of `shard` into `out` (cleared first). `run_end` is
-    /// where the run of samples being read ends in this shard: a new stream covers up to it.
-    #[allow(clippy::too_many_arguments)]
+    /// Reads sample `i`'s image bytes into `out` (cleared first), and checks on the way that
+    /// its label member (if the index has one) holds `label`. `run_end` is where the run of
+    /// samples being read ends in this shard: a new stream covers up to it.
     pub(crate) fn read(
         &mut self,
         index: &TarIndex,
-        shard: u32,
-        offset: u64,
-        len: u64,
+        i: usize,
+        label: u32,
         run_end: u64,
         name: &Path,
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
-        let reusable = self.current.as_ref().is_some_and(|o| {
-            o.shard == shard
-                && o.pos + BLOCK <= offset
-                && offset - o.pos <= MAX_SKIP
-                && offset + len <= o.end
-        });
-        let changed = |why: String| {
+        let (shard, offset, len) = index.locate(i);
+        // The sample's members in shard order: the image (`true`) and its label.
+        let mut members = [(offset, len, true), (0, 0, false)];
+        let count = match index.label_member(i) {
+            Some((at, n)) => {
+                members[1] = (at, n, false);
+                if at < offset {
+                    members.swap(0, 1);
+                }
+                2
+            }
+            None => 1,
+        };
+        let members = &members[..count];
+        let (_, first, last) = index.span(i);
+        let changed = |at: u64, why: String| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(
                     "{why} at byte {}: the shard is not what was indexed (rewritten since, or a stale .tar.idx sidecar: delete it or run `imagefeed shards` again)",
-                    offset.saturating_sub(BLOCK)
+                    at.saturating_sub(BLOCK)
                 ),
             )
         };
-        if offset < BLOCK {
-            return Err(Error::io(name, changed("no room for a tar header".into())));
+        if first < BLOCK {
+            return Err(Error::io(
+                name,
+                changed(first, "no room for a tar header".into()),
+            ));
         }
-        if !reusable {
-            self.current = None;
-            // From the member's header on: it is checked against the index before the data.
-            let start = offset - BLOCK;
-            self.current = Some(open(index, shard, start, run_end.max(offset + len), name)?);
-        }
-        let Some(open) = self.current.as_mut() else {
-            return Err(Error::io(name, std::io::Error::other("no open shard")));
-        };
-        let result = (|| {
-            let gap = offset - open.pos;
-            if gap < BLOCK {
-                return Err(changed(format!(
-                    "members overlap: {gap} bytes between the previous member and this one"
-                )));
+        // The members are read with one stream, unless they lie far apart (an image that is a
+        // hard link to an earlier member): then each gets its own.
+        let together = last - first <= MAX_SKIP;
+        let mut text = Vec::new();
+        for &(offset, len, is_image) in members {
+            let reusable = self.current.as_ref().is_some_and(|o| {
+                o.shard == shard
+                    && o.pos + BLOCK <= offset
+                    && offset - o.pos <= MAX_SKIP
+                    && offset + len <= o.end
+            });
+            if !reusable {
+                self.current = None;
+                // From the member's header on: it is checked against the index before the
+                // data.
+                let end = if together { last } else { offset + len };
+                self.current = Some(open(index, shard, offset - BLOCK, run_end.max(end), name)?);
             }
-            let skip = gap - BLOCK;
-            let skipped = std::io::copy(&mut (&mut open.reader).take(skip), &mut std::io::sink())?;
-            open.pos += skipped;
-            let mut header = [0u8; BLOCK as usize];
-            let mut got = 0;
-            while got < header.len() {
-                match open.reader.read(&mut header[got..]) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+            let Some(stream) = self.current.as_mut() else {
+                return Err(Error::io(name, std::io::Error::other("no open shard")));
+            };
+            let into = if is_image { &mut *out } else { &mut text };
+            let result = read_next(stream, offset, len, into, changed).and_then(|()| {
+                match parse_label(&text) {
+                    _ if is_image => Ok(()),
+                    Some(l) if l == label => Ok(()),
+                    _ => Err(changed(
+                        offset,
+                        format!(
+                            "the label member holds `{}`, the index says {label}",
+                            String::from_utf8_lossy(&text).trim().escape_debug()
+                        ),
+                    )),
                 }
+            });
+            if let Err(e) = result {
+                self.current = None;
+                // A stream from object storage that breaks is the store failing, not this
+                // sample.
+                let remote = !matches!(
+                    index.shards[shard as usize].location,
+                    ShardLocation::Local(_)
+                );
+                let data = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+                );
+                if remote && !data {
+                    return Err(Error::remote(name, e));
+                }
+                return Err(Error::io(name, e));
             }
-            open.pos += got as u64;
-            if skipped < skip || (got as u64) < BLOCK {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the shard ends before this member (was it truncated after indexing?)",
-                ));
-            }
-            check_member_header(&header, len).map_err(changed)?;
-            out.clear();
-            out.try_reserve_exact(len as usize)
-                .map_err(|_| std::io::Error::other("cannot allocate the member's bytes"))?;
-            let got = (&mut open.reader).take(len).read_to_end(out)?;
-            open.pos += got as u64;
-            if (got as u64) < len {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("the shard ends {got} bytes into this {len}-byte member"),
-                ));
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            self.current = None;
-            // A stream from object storage that breaks is the store failing, not this sample.
-            let remote = !matches!(
-                index.shards[shard as usize].location,
-                ShardLocation::Local(_)
-            );
-            let data = matches!(
-                e.kind(),
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
-            );
-            if remote && !data {
-                return Err(Error::remote(name, e));
-            }
-            return Err(Error::io(name, e));
         }
         Ok(())
     }
+}
+
+/// Reads, from `stream`, the member whose `len` bytes of data start at `offset`: skips to its
+/// header, checks it against `len`, and reads the data into `into` (cleared first). `changed`
+/// makes the error for a shard that is not what was indexed.
+fn read_next(
+    stream: &mut Open,
+    offset: u64,
+    len: u64,
+    into: &mut Vec<u8>,
+    changed: impl Fn(u64, String) -> std::io::Error,
+) -> std::io::Result<()> {
+    let gap = offset - stream.pos;
+    if gap < BLOCK {
+        return Err(changed(
+            offset,
+            format!("members overlap: {gap} bytes between the previous member and this one"),
+        ));
+    }
+    let skip = gap - BLOCK;
+    let skipped = std::io::copy(&mut (&mut stream.reader).take(skip), &mut std::io::sink())?;
+    stream.pos += skipped;
+    let mut header = [0u8; BLOCK as usize];
+    let mut got = 0;
+    while got < header.len() {
+        match stream.reader.read(&mut header[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    stream.pos += got as u64;
+    if skipped < skip || (got as u64) < BLOCK {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the shard ends before this member (was it truncated after indexing?)",
+        ));
+    }
+    check_member_header(&header, len).map_err(|why| changed(offset, why))?;
+    into.clear();
+    into.try_reserve_exact(len as usize)
+        .map_err(|_| std::io::Error::other("cannot allocate the member's bytes"))?;
+    let got = (&mut stream.reader).take(len).read_to_end(into)?;
+    stream.pos += got as u64;
+    if (got as u64) < len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("the shard ends {got} bytes into this {len}-byte member"),
+        ));
+    }
+    Ok(())
+}
+
+/// The label a `.cls` member's data holds: a decimal number, surrounding white space allowed.
+fn parse_label(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
 }
 
 /// A tar block: headers are one block, data is padded to whole blocks.
@@ -505,11 +594,14 @@ impl<R: std::io::Seek> std::io::Seek for Head<R> {
 }
 
 /// One sample found while indexing a shard.
+#[derive(Debug)]
 struct Found {
     member: String,
     offset: u64,
     len: u64,
     label: Option<u32>,
+    /// Where its `.cls` member's data lies (offset, length).
+    label_at: Option<(u64, u64)>,
 }
 
 /// Samples of one shard, in member order.
@@ -524,12 +616,12 @@ fn index_shard<R: Read>(
     // member, value).
     let mut key: Option<String> = None;
     let mut image: Option<(String, u64, u64)> = None;
-    let mut label: Option<(String, u32)> = None;
+    let mut label: Option<(String, u32, u64, u64)> = None;
     // Image members by name, for hard links to them: made at the first hard link.
     let mut linkable: Option<HashMap<String, (u64, u64)>> = None;
     let flush = |key: &mut Option<String>,
                  image: &mut Option<(String, u64, u64)>,
-                 label: &mut Option<(String, u32)>,
+                 label: &mut Option<(String, u32, u64, u64)>,
                  out: &mut Vec<Found>|
      -> Result<(), Error> {
         match (image.take(), label.take()) {
@@ -537,9 +629,10 @@ fn index_shard<R: Read>(
                 member,
                 offset,
                 len,
-                label: label.map(|l| l.1),
+                label: label.as_ref().map(|l| l.1),
+                label_at: label.map(|l| (l.2, l.3)),
             }),
-            (None, Some((cls, _))) => {
+            (None, Some((cls, ..))) => {
                 // A label whose image is not beside it: WebDataset groups a sample's members
                 // by consecutive key, so it would be dropped and its image left unlabeled.
                 return Err(damaged(format!(
@@ -684,7 +777,7 @@ fn index_shard<R: Read>(
             }
             image = Some((member, offset, len));
         } else if is_cls {
-            if let Some((first, _)) = &label {
+            if let Some((first, ..)) = &label {
                 return Err(damaged(format!(
                     "sample `{member_key}` has two labels, `{first}` and `{member}`"
                 )));
@@ -706,7 +799,7 @@ fn index_shard<R: Read>(
                     t.escape_debug()
                 ))
             })?;
-            label = Some((member, parsed));
+            label = Some((member, parsed, offset, len));
         }
     }
     if pending.any {
@@ -796,6 +889,7 @@ fn assemble(
     });
     let mut file_index = FileIndex::with_origin(origin.clone(), base.clone());
     let (mut shard_of, mut offset, mut len) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut label_offset, mut label_len) = (Vec::new(), Vec::new());
     let mut labels: Vec<Option<u32>> = Vec::new();
     let mut names: Vec<(usize, String)> = Vec::new();
     for (k, slot) in results.into_iter().enumerate() {
@@ -814,6 +908,10 @@ fn assemble(
             shard_of.push(k as u32);
             offset.push(f.offset);
             len.push(f.len);
+            let (at, n) = f.label_at.unwrap_or((NO_LABEL_MEMBER, 0));
+            label_offset.push(at);
+            // (At most MAX_CLS_BYTES: indexing and sidecars refuse longer label members.)
+            label_len.push(n.min(MAX_CLS_BYTES) as u8);
             if f.label.is_none() {
                 names.push((shard_of.len() - 1, f.member.clone()));
             }
@@ -855,11 +953,15 @@ fn assemble(
     shard_of.shrink_to_fit();
     offset.shrink_to_fit();
     len.shrink_to_fit();
+    label_offset.shrink_to_fit();
+    label_len.shrink_to_fit();
     let tar = TarIndex {
         shards,
         shard_of,
         offset,
         len,
+        label_offset,
+        label_len,
         #[cfg(feature = "remote")]
         store,
     };
@@ -1223,14 +1325,16 @@ pub fn write_shards(
                 let member = format!("{key}.{ext}");
                 append(&mut builder, &member, &data, &partial)?;
                 let label = source.index.label(i);
+                let text = label.to_string();
+                let image_at = at + 512;
+                at += 512 + block(data.len() as u64);
                 found.push(Found {
                     member,
-                    offset: at + 512,
+                    offset: image_at,
                     len: data.len() as u64,
                     label: Some(label),
+                    label_at: Some((at + 512, text.len() as u64)),
                 });
-                let text = label.to_string();
-                at += 512 + block(data.len() as u64);
                 append(
                     &mut builder,
                     &format!("{key}.cls"),
@@ -1269,7 +1373,18 @@ fn sidecar_name(shard: &str) -> String {
     format!("{shard}.idx")
 }
 
-const SIDECAR_MAGIC: &str = "imagefeed-tar-index-v1";
+/// The first word of a sidecar index. Version 2 added where each label member lies; a
+/// version 1 sidecar is ignored (the shard is indexed by reading it), with a warning.
+const SIDECAR_MAGIC: &str = "imagefeed-tar-index-v2";
+
+/// A sidecar line's label columns: `LABEL\tOFFSET\tLENGTH` of the `.cls` member, or
+/// `-\t-\t-`.
+fn sidecar_label(f: &Found) -> String {
+    match (f.label, f.label_at) {
+        (Some(l), Some((at, n))) => format!("{l}\t{at}\t{n}"),
+        _ => "-\t-\t-".to_string(),
+    }
+}
 
 /// Writes `SHARD.idx`: what indexing `shard` would find, so that opening it in object
 /// storage reads a few kilobytes instead of the whole shard. Written only if it matches what
@@ -1283,7 +1398,7 @@ fn write_sidecar(shard: &Path, found: &[Found]) -> Result<(), Error> {
     let path = PathBuf::from(&name);
     let mut text = format!("{SIDECAR_MAGIC} size={size} samples={}\n", found.len());
     for f in found {
-        let label = f.label.map_or_else(|| "-".to_string(), |l| l.to_string());
+        let label = sidecar_label(f);
         text.push_str(&format!("{}\t{}\t{label}\t{}\n", f.offset, f.len, f.member));
     }
     // Write it only if it says what indexing the shard finds (and parses back).
@@ -1297,7 +1412,8 @@ fn write_sidecar(shard: &Path, found: &[Found]) -> Result<(), Error> {
     let same = |a: &[Found], b: &[Found]| {
         a.len() == b.len()
             && a.iter().zip(b).all(|(x, y)| {
-                (x.offset, x.len, x.label, &x.member) == (y.offset, y.len, y.label, &y.member)
+                (x.offset, x.len, x.label, x.label_at, &x.member)
+                    == (y.offset, y.len, y.label, y.label_at, &y.member)
             })
     };
     let parsed = parse_sidecar(text.as_bytes(), size).unwrap_or_default();
@@ -1327,8 +1443,15 @@ fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String> {
     let mut lines = text.lines();
     let head = lines.next().unwrap_or_default();
     let mut words = head.split(' ');
-    if words.next() != Some(SIDECAR_MAGIC) {
-        return Err("not an imagefeed tar index".into());
+    match words.next() {
+        Some(SIDECAR_MAGIC) => {}
+        Some(w) if w.starts_with("imagefeed-tar-index-v") => {
+            return Err(format!(
+                "`{}`, an older format without the label members' places: run `imagefeed shards` again to rewrite it",
+                w.escape_debug()
+            ))
+        }
+        _ => return Err("not an imagefeed tar index".into()),
     }
     let field = |w: Option<&str>, key: &str| -> Result<u64, String> {
         w.and_then(|w| w.strip_prefix(key))
@@ -1346,12 +1469,19 @@ fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String> {
     let mut end = 0u64;
     for (n, line) in lines.enumerate() {
         let bad = || format!("line {}: malformed", n + 2);
-        let mut parts = line.splitn(4, '\t');
-        let offset: u64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-        let len: u64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-        let label = match parts.next().ok_or_else(bad)? {
-            "-" => None,
-            v => Some(v.parse::<u32>().map_err(|_| bad())?),
+        let mut parts = line.splitn(6, '\t');
+        let mut number =
+            || -> Result<u64, String> { parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad) };
+        let (offset, len) = (number()?, number()?);
+        let (label, label_at) = match (parts.next(), parts.next(), parts.next()) {
+            (Some("-"), Some("-"), Some("-")) => (None, None),
+            (Some(l), Some(at), Some(n)) => {
+                let l = l.parse::<u32>().map_err(|_| bad())?;
+                let at = at.parse::<u64>().map_err(|_| bad())?;
+                let n = n.parse::<u64>().map_err(|_| bad())?;
+                (Some(l), Some((at, n)))
+            }
+            _ => return Err(bad()),
         };
         let member = parts.next().ok_or_else(bad)?;
         if member.len() > MAX_MEMBER_NAME_BYTES {
@@ -1362,16 +1492,31 @@ fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String> {
             ));
         }
         let member = member.to_string();
-        // Members lie in order, after a header, within the shard.
-        if offset < end + 512 || offset.checked_add(len).is_none_or(|e| e > size) {
-            return Err(format!("line {}: member `{member}` out of place", n + 2));
+        // Samples lie in order, each member after a header, within the shard.
+        let out_of_place = || format!("line {}: member `{member}` out of place", n + 2);
+        let image_end = offset.checked_add(len).ok_or_else(out_of_place)?;
+        if offset < end + BLOCK || image_end > size {
+            return Err(out_of_place());
         }
-        end = offset + len;
+        if let Some((at, bytes)) = label_at {
+            let label_end = at.checked_add(bytes).ok_or_else(out_of_place)?;
+            let apart = at >= image_end + BLOCK || label_end + BLOCK <= offset;
+            if bytes > MAX_CLS_BYTES || at < end + BLOCK || !apart || label_end > size {
+                return Err(format!(
+                    "line {}: the label member of `{member}` is out of place",
+                    n + 2
+                ));
+            }
+            end = image_end.max(label_end);
+        } else {
+            end = image_end;
+        }
         out.push(Found {
             member,
             offset,
             len,
             label,
+            label_at,
         });
     }
     if out.len() as u64 != samples {
@@ -1484,28 +1629,54 @@ mod tests {
                 offset: 512,
                 len: 700,
                 label: Some(3),
+                label_at: Some((2048, 1)),
             },
             Found {
                 member: "000000002.png".into(),
-                offset: 2560,
+                offset: 3072,
                 len: 10,
                 label: None,
+                label_at: None,
             },
         ];
         let mut text = format!("{SIDECAR_MAGIC} size=4096 samples=2\n");
         for f in &found {
-            let l = f.label.map_or("-".to_string(), |l| l.to_string());
+            let l = sidecar_label(f);
             text.push_str(&format!("{}\t{}\t{l}\t{}\n", f.offset, f.len, f.member));
         }
         let back = parse_sidecar(text.as_bytes(), 4096).unwrap();
         assert_eq!(back.len(), 2);
-        assert_eq!((back[1].offset, back[1].label), (2560, None));
+        assert_eq!(
+            (back[0].label, back[0].label_at),
+            (Some(3), Some((2048, 1)))
+        );
+        assert_eq!((back[1].offset, back[1].label), (3072, None));
+        let old = text.replace(SIDECAR_MAGIC, "imagefeed-tar-index-v1");
+        assert!(parse_sidecar(old.as_bytes(), 4096)
+            .unwrap_err()
+            .contains("older format"));
+        for (what, from, to) in [
+            ("label overlaps the image", "\t2048\t1\t", "\t1000\t1\t"),
+            (
+                "label overlaps the next sample",
+                "\t2048\t1\t",
+                "\t2600\t1\t",
+            ),
+            ("label too long", "\t2048\t1\t", "\t2048\t65\t"),
+            ("label past the end", "\t2048\t1\t", "\t4095\t2\t"),
+            ("label without place", "\t3\t2048\t1\t", "\t3\t-\t-\t"),
+        ] {
+            assert!(
+                parse_sidecar(text.replace(from, to).as_bytes(), 4096).is_err(),
+                "{what}"
+            );
+        }
         assert!(
             parse_sidecar(text.as_bytes(), 4095).is_err(),
             "another shard size"
         );
         assert!(
-            parse_sidecar(text.replace("2560", "900").as_bytes(), 4096).is_err(),
+            parse_sidecar(text.replace("3072", "900").as_bytes(), 4096).is_err(),
             "overlap"
         );
         assert!(parse_sidecar(text.replace("samples=2", "samples=3").as_bytes(), 4096).is_err());

@@ -601,7 +601,7 @@ impl Source {
             }
             #[cfg(feature = "remote")]
             Backing::Objects(o) => o.store.get(&o.key(&self.index, i), limit),
-            Backing::Tar(t) => t.read_member(i, &self.index.path(i), limit),
+            Backing::Tar(t) => t.read_member(i, self.index.label(i), &self.index.path(i), limit),
         }
     }
 

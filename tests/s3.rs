@@ -339,6 +339,10 @@ fn upload_fixtures(s: &Server) {
         // read the shard.
         put(&format!("idx-only/{name}"), &vec![0x5a; bytes.len()]);
         put(&format!("idx-only/{name}.idx"), &idx);
+        // The shard relabeled (its first label member's digit changed: same size, same image
+        // members) and re-uploaded beside its old sidecar.
+        put(&format!("relabeled/{name}"), &relabel_first(&bytes));
+        put(&format!("relabeled/{name}.idx"), &idx);
         put(
             &format!("bad-idx/{name}.idx"),
             b"imagefeed-tar-index-v1 size=1 samples=0\n",
@@ -353,6 +357,21 @@ fn upload_fixtures(s: &Server) {
             &std::fs::read(shard).unwrap(),
         );
     }
+}
+
+/// `shard` with the first `.cls` member's first digit changed (same size).
+fn relabel_first(shard: &[u8]) -> Vec<u8> {
+    let mut archive = tar::Archive::new(shard);
+    let at = archive
+        .entries()
+        .unwrap()
+        .map(Result::unwrap)
+        .find(|e| e.path().unwrap().to_string_lossy().ends_with(".cls"))
+        .map(|e| e.raw_file_position() as usize)
+        .expect("a label member");
+    let mut out = shard.to_vec();
+    out[at] = if out[at] == b'7' { b'8' } else { b'7' };
+    out
 }
 
 fn quick() -> RemoteOptions {
@@ -539,6 +558,32 @@ fn issue_7_s3_tar_sidecar_indexes_spare_reading_the_shards_at_open() {
         assert_eq!(with.label(i), without.label(i));
     }
     assert_eq!(pixels(&load_u8(with)), pixels(&load_u8(without)));
+}
+
+#[test]
+fn s3_a_relabeled_shard_beside_its_old_sidecar_is_an_error_not_old_labels() {
+    let Some((_s, _guard)) = server() else { return };
+    // The sidecar still matches the shard's size and image members, so it indexes the shard;
+    // the label members, read as the stream passes them, tell that it changed.
+    let source = Source::open("s3://imagefeed/relabeled").unwrap();
+    assert_eq!(source.len(), local_len());
+    let results: Vec<_> = Loader::builder(source)
+        .image_size(16)
+        .batch_size(1)
+        .shuffle(false)
+        .on_error(OnError::Fail)
+        .build()
+        .unwrap()
+        .epoch(0)
+        .collect();
+    let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(!errors.is_empty(), "a relabeled sample was delivered");
+    let message = errors[0].to_string();
+    assert!(
+        message.contains("the label member holds") && message.contains("stale .tar.idx"),
+        "{message}"
+    );
+    assert!(errors[0].is_data_error(), "{message}");
 }
 
 fn local_len() -> usize {

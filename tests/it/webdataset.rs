@@ -746,6 +746,83 @@ fn issue_7_a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
 }
 
 #[test]
+fn a_shard_relabeled_at_the_same_size_after_indexing_is_an_error_not_an_old_label() {
+    // Only a label member changes ("0" becomes "5"): every image member's header, size and
+    // place stay as indexed, which is what a relabeled shard re-uploaded beside its old
+    // `.tar.idx` sidecar looks like. The label is checked as the stream passes it, whether it
+    // comes before or after its image.
+    let a = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let b = std::fs::read(crate::common::testdata("photos/photo_1.jpg")).unwrap();
+    for label_first in [false, true] {
+        let sample = |key: &str, image: &'static [u8], label: &'static [u8]| {
+            let (img, cls) = ((format!("{key}.jpg"), image), (format!("{key}.cls"), label));
+            if label_first {
+                [cls, img]
+            } else {
+                [img, cls]
+            }
+        };
+        let (a, b): (&'static [u8], &'static [u8]) = (a.clone().leak(), b.clone().leak());
+        let members = |first_label: &'static [u8]| -> Vec<u8> {
+            let all: Vec<(String, &[u8])> = sample("a", a, first_label)
+                .into_iter()
+                .chain(sample("b", b, b"1"))
+                .collect();
+            let refs: Vec<(&str, &[u8])> = all.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+            tar_of(&refs)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let shard = write(dir.path(), "s.tar", &members(b"0"));
+        let source = Source::from_tar_shards([&shard]).unwrap();
+        assert_eq!((source.label(0), source.label(1)), (Some(0), Some(1)));
+        let loader = |on_error| {
+            Loader::builder(source.clone())
+                .image_size(16)
+                .batch_size(1)
+                .shuffle(false)
+                .on_error(on_error)
+                .build()
+                .unwrap()
+        };
+        let labels = |l: &Loader| -> Vec<u32> {
+            l.epoch(0)
+                .filter_map(Result::ok)
+                .flat_map(|b| b.labels().to_vec())
+                .collect()
+        };
+        assert_eq!(labels(&loader(OnError::Fail)), [0, 1]);
+        let relabeled = members(b"5");
+        assert_eq!(
+            relabeled.len(),
+            std::fs::metadata(&shard).unwrap().len() as usize
+        );
+        std::fs::write(&shard, &relabeled).unwrap();
+        assert_eq!(
+            labels(&loader(OnError::SKIP_ALL)),
+            [1],
+            "label first: {label_first}"
+        );
+        let err = loader(OnError::Fail)
+            .epoch(0)
+            .find_map(Result::err)
+            .expect("an error");
+        let message = err.to_string();
+        assert!(
+            message.contains("s.tar[a.jpg]")
+                && message.contains("holds `5`, the index says 0")
+                && err.is_data_error(),
+            "{message}"
+        );
+        // Reading one sample alone (to write shards from shards) checks it too.
+        let out = tempfile::tempdir().unwrap();
+        let e = imagefeed::write_shards(&source, out.path(), 4, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s.tar[a.jpg]") && e.contains("holds `5`"), "{e}");
+    }
+}
+
+#[test]
 fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
