@@ -684,6 +684,17 @@ fn issue_7_shards_command_writes_what_bench_reads() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds shards"));
 }
 
+/// A loader over `source` delivering one 16×16 sample a batch, in source order.
+fn one_by_one(source: &Source, on_error: OnError) -> Loader {
+    Loader::builder(source.clone())
+        .image_size(16)
+        .batch_size(1)
+        .shuffle(false)
+        .on_error(on_error)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn issue_7_a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
     // Two photos of different sizes, so that reordering moves every member's offset while the
@@ -701,15 +712,7 @@ fn issue_7_a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
     ]);
     let shard = write(dir.path(), "s.tar", &first);
     let source = Source::from_tar_shards([&shard]).unwrap();
-    let loader = |source: &Source, on_error| {
-        Loader::builder(source.clone())
-            .image_size(16)
-            .batch_size(1)
-            .shuffle(false)
-            .on_error(on_error)
-            .build()
-            .unwrap()
-    };
+    let loader = |source: &Source, on_error| one_by_one(source, on_error);
     // Intact, every sample reads.
     assert_eq!(
         loader(&source, OnError::Fail)
@@ -775,15 +778,7 @@ fn a_shard_relabeled_at_the_same_size_after_indexing_is_an_error_not_an_old_labe
         let shard = write(dir.path(), "s.tar", &members(b"0"));
         let source = Source::from_tar_shards([&shard]).unwrap();
         assert_eq!((source.label(0), source.label(1)), (Some(0), Some(1)));
-        let loader = |on_error| {
-            Loader::builder(source.clone())
-                .image_size(16)
-                .batch_size(1)
-                .shuffle(false)
-                .on_error(on_error)
-                .build()
-                .unwrap()
-        };
+        let loader = |on_error| one_by_one(&source, on_error);
         let labels = |l: &Loader| -> Vec<u32> {
             l.epoch(0)
                 .filter_map(Result::ok)
