@@ -179,6 +179,8 @@ fn too_large(name: &Path, len: u64, limit: u64) -> Error {
 #[derive(Default)]
 pub(crate) struct ShardCursor {
     current: Option<Open>,
+    /// The last label member's bytes (kept: a sample's label is read without allocating).
+    label_text: Vec<u8>,
 }
 
 struct Open {
@@ -240,7 +242,7 @@ impl ShardCursor {
         // The members are read with one stream, unless they lie far apart (an image that is a
         // hard link to an earlier member): then each gets its own.
         let together = last - first <= MAX_SKIP;
-        let mut text = Vec::new();
+        let text = &mut self.label_text;
         for &(offset, len, is_image) in members {
             let reusable = self.current.as_ref().is_some_and(|o| {
                 o.shard == shard
@@ -258,16 +260,16 @@ impl ShardCursor {
             let Some(stream) = self.current.as_mut() else {
                 return Err(Error::io(name, std::io::Error::other("no open shard")));
             };
-            let into = if is_image { &mut *out } else { &mut text };
+            let into = if is_image { &mut *out } else { &mut *text };
             let result = read_next(stream, offset, len, into, changed).and_then(|()| {
-                match parse_label(&text) {
+                match parse_label(text) {
                     _ if is_image => Ok(()),
                     Some(l) if l == label => Ok(()),
                     _ => Err(changed(
                         offset,
                         format!(
                             "the label member holds `{}`, the index says {label}",
-                            String::from_utf8_lossy(&text).trim().escape_debug()
+                            String::from_utf8_lossy(text).trim().escape_debug()
                         ),
                     )),
                 }
@@ -792,11 +794,11 @@ fn index_shard<R: Read>(
                 .take(MAX_CLS_BYTES)
                 .read_to_string(&mut text)
                 .map_err(|e| damaged(format!("`{member}`: {e}")))?;
-            let t = text.trim();
-            let parsed = t.parse::<u32>().map_err(|_| {
+            // The rule the reader checks labels by (`parse_label`).
+            let parsed = parse_label(text.as_bytes()).ok_or_else(|| {
                 damaged(format!(
                     "`{member}` holds `{}`, not a label (a non-negative integer below 2^32)",
-                    t.escape_debug()
+                    text.trim().escape_debug()
                 ))
             })?;
             label = Some((member, parsed, offset, len));
