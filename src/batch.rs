@@ -39,8 +39,10 @@ pub(crate) struct BatchFormat {
 }
 
 /// Pure core of the batching stage: collects one batch's `u8` samples, then writes them,
-/// normalized, into a batch buffer — on the loader's normalize pool when it has one, so that
-/// the output bandwidth (307 kB an image in f32) is not one thread's.
+/// normalized, into a batch buffer — on the loader's normalize pool when it has one and the
+/// batcher has fallen behind the decode threads (a cached epoch), so that the output
+/// bandwidth (307 kB an image in f32) is not one thread's. While decoding keeps every core
+/// busy, the batcher writes alone: waking the pool then only takes cores from the decoders.
 pub(crate) struct Batcher {
     format: BatchFormat,
     normalizer: Normalizer,
@@ -48,6 +50,8 @@ pub(crate) struct Batcher {
     labels: Vec<u32>,
     indices: Vec<u64>,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+    /// Whether the next full batch is written on the pool.
+    parallel: bool,
 }
 
 impl Batcher {
@@ -63,7 +67,14 @@ impl Batcher {
             labels: Vec::with_capacity(format.batch_size),
             indices: Vec::with_capacity(format.batch_size),
             pool,
+            parallel: true,
         }
+    }
+
+    /// Sets whether batches are written on the normalize pool (if the loader has one): yes
+    /// when the batcher is the bottleneck, no when decode threads keep the cores busy.
+    pub(crate) fn set_parallel(&mut self, parallel: bool) {
+        self.parallel = parallel;
     }
 
     /// Adds a sample. When the batch is full, writes it into a buffer from `fresh`, hands the
@@ -115,7 +126,7 @@ impl Batcher {
         match &self.pool {
             _ if on_device => {}
             // A u8 NHWC batch is a plain copy: one thread does it at memory speed.
-            Some(pool) if samples.len() > 1 && !norm.is_copy(&parts.storage) => {
+            Some(pool) if self.parallel && samples.len() > 1 && !norm.is_copy(&parts.storage) => {
                 pool.install(|| norm.write_all_par(samples, &mut parts.storage))
             }
             _ => {
