@@ -29,12 +29,12 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
     let geom = Geometry {
         width: size,
         height: size,
-        mode: if bytes.len() % 2 == 0 {
+        mode: if bytes.len().is_multiple_of(2) {
             ResizeMode::Stretch
         } else {
             ResizeMode::ShorterSideCenterCrop
         },
-        filter: if bytes.len() % 3 == 0 {
+        filter: if bytes.len().is_multiple_of(3) {
             ResizeFilter::Antialiased
         } else {
             ResizeFilter::Bilinear

@@ -314,7 +314,17 @@ pub(crate) struct Resampler {
     row_offsets: Vec<usize>,
     /// One row as three colour planes, for the planar horizontal kernel.
     planes: Vec<u8>,
-    simd: bool,
+    kernels: Kernels,
+}
+
+/// The kernels a [`Resampler`] runs, picked from what the CPU has at run time. All three
+/// compute the same integers (the tests check them equal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernels {
+    Portable,
+    Avx2,
+    /// AVX2, with the vertical pass 64 bytes a step (AVX-512BW).
+    Avx512,
 }
 
 impl Default for Resampler {
@@ -340,15 +350,31 @@ impl Resampler {
             tmp: Vec::new(),
             row_offsets: Vec::new(),
             planes: Vec::new(),
-            simd: simd_available(),
+            kernels: kernels_available(),
         }
     }
 
     /// The same resampler computing with the portable kernels only (for tests and benches).
     #[cfg(test)]
     pub(crate) fn portable() -> Self {
+        Self::with_kernels(Kernels::Portable)
+    }
+
+    /// The same resampler with `kernels`, or the best this CPU has if it lacks them (tests).
+    #[cfg(test)]
+    pub(crate) fn with_kernels(kernels: Kernels) -> Self {
+        let best = kernels_available();
+        let rank = |k| match k {
+            Kernels::Portable => 0,
+            Kernels::Avx2 => 1,
+            Kernels::Avx512 => 2,
+        };
         Resampler {
-            simd: false,
+            kernels: if rank(kernels) <= rank(best) {
+                kernels
+            } else {
+                best
+            },
             ..Self::new()
         }
     }
@@ -380,7 +406,7 @@ impl Resampler {
         let (x0, x1) = cols.span(sw);
         let (y0, y1) = rows.span(sh);
         let (span_w, span_h) = (x1 - x0, y1 - y0);
-        let simd = self.simd;
+        let simd = self.kernels;
         let mut tmp = std::mem::take(&mut self.tmp);
         // Vertical first, unless that intermediate would outgrow both the source span and the
         // output (upscaling a wide, short image): then horizontal first.
@@ -484,15 +510,24 @@ fn offsets(out: &mut Vec<usize>, rows: &Taps, y: usize, src_h: usize, stride: us
     out.extend((0..rows.width).map(|k| (start + k).min(src_h - 1) * stride + col));
 }
 
+#[cfg(test)]
 fn simd_available() -> bool {
+    kernels_available() != Kernels::Portable
+}
+
+fn kernels_available() -> Kernels {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2")
+        if std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx2")
+        {
+            return Kernels::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Kernels::Avx2;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Kernels::Portable
 }
 
 #[inline]
@@ -501,16 +536,22 @@ fn to_u8(acc: i32) -> u8 {
 }
 
 /// One output row of the vertical pass: `out[i] = Σ_k w[k] · src[offsets[k] + i]`.
-fn vertical(src: &[u8], offsets: &[usize], w: &[i16], out: &mut [u8], simd: bool) {
+fn vertical(src: &[u8], offsets: &[usize], w: &[i16], out: &mut [u8], kernels: Kernels) {
     let n = out.len();
     debug_assert!(offsets.iter().all(|&o| o + n <= src.len()));
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only true where AVX2 was detected at run time.
-        done = unsafe { avx2::vertical(src, offsets, w, out) };
+    {
+        if kernels == Kernels::Avx512 {
+            // SAFETY: `Avx512` is only chosen where AVX-512BW was detected at run time.
+            done = unsafe { avx512::vertical(src, offsets, w, out) };
+        }
+        if done == 0 && kernels != Kernels::Portable {
+            // SAFETY: `Avx2` and `Avx512` are only chosen where AVX2 was detected at run time.
+            done = unsafe { avx2::vertical(src, offsets, w, out) };
+        }
     }
-    let _ = simd;
+    let _ = kernels;
     for (i, o) in out.iter_mut().enumerate().skip(done) {
         let acc: i32 = offsets
             .iter()
@@ -529,12 +570,12 @@ fn horizontal(
     cols: &Taps,
     first: usize,
     out: &mut [u8],
-    simd: bool,
+    kernels: Kernels,
     planes: &mut Vec<u8>,
 ) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if simd {
+    if kernels != Kernels::Portable {
         let plan = &cols.planar;
         let from = plan.origin.wrapping_sub(first);
         if plan.p != 0 && plan.origin >= first && (from + plan.len) * 3 <= src.len() {
@@ -542,7 +583,7 @@ fn horizontal(
             // load stays inside it.
             let stride = plan.len + 32;
             grow(planes, 3 * stride);
-            // SAFETY: `simd` is only true where AVX2 was detected at run time.
+            // SAFETY: SIMD kernels are only chosen where AVX2 was detected at run time.
             let planned = unsafe {
                 avx2::deinterleave(&src[from * 3..], plan.len, planes, stride);
                 avx2::horizontal_planar(planes, stride, plan, out)
@@ -551,10 +592,10 @@ fn horizontal(
                 return;
             }
         }
-        // SAFETY: `simd` is only true where AVX2 was detected at run time.
+        // SAFETY: SIMD kernels are only chosen where AVX2 was detected at run time.
         done = unsafe { avx2::horizontal(src, cols, first, out) };
     }
-    let _ = (simd, planes);
+    let _ = (kernels, planes);
     for (x, px) in out.chunks_exact_mut(3).enumerate().skip(done) {
         let base = cols.starts[x] - first;
         let mut acc = [0i32; 3];
@@ -570,6 +611,90 @@ fn horizontal(
         for c in 0..3 {
             px[c] = to_u8(acc[c]);
         }
+    }
+}
+
+/// The vertical pass with AVX-512BW: [`avx2::vertical`]'s arithmetic on 64 bytes a step
+/// (the same unpacks, `madd`s and packs, each within its 128-bit lane, so the same bytes in
+/// the same order). Where it runs (Zen 4 and later, Ice Lake and later) it takes the
+/// vertical pass from about 2.7% of a cold epoch to about half that.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{pack, BITS, HALF};
+
+    /// The vertical pass over all of `out` when it holds at least 64 bytes (the last block
+    /// overlaps the one before); returns how many bytes it wrote (0: the caller falls back).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn vertical(src: &[u8], offsets: &[usize], w: &[i16], out: &mut [u8]) -> usize {
+        match w.len() {
+            2 => vertical_n::<1>(src, offsets, w, out),
+            4 => vertical_n::<2>(src, offsets, w, out),
+            6 => vertical_n::<3>(src, offsets, w, out),
+            _ => vertical_n::<0>(src, offsets, w, out),
+        }
+    }
+
+    /// [`vertical`] for `P` pairs of taps (`P == 0`: as many as `w` holds).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn vertical_n<const P: usize>(
+        src: &[u8],
+        offsets: &[usize],
+        w: &[i16],
+        out: &mut [u8],
+    ) -> usize {
+        let len = out.len();
+        let pairs = if P == 0 { w.len() / 2 } else { P };
+        if len < 64
+            || w.len() != 2 * pairs
+            || offsets.len() != w.len()
+            || offsets.iter().any(|&o| o + len > src.len())
+        {
+            return 0;
+        }
+        let half = _mm512_set1_epi32(HALF);
+        let zero = _mm512_setzero_si512();
+        let round = |v: __m512i| _mm512_srai_epi32::<BITS>(_mm512_add_epi32(v, half));
+        // 64 output bytes from `i`.
+        let block = |i: usize| {
+            let mut acc = [zero; 4];
+            for p in 0..pairs {
+                let (oa, ob) = (offsets[2 * p], offsets[2 * p + 1]);
+                // SAFETY: o + i + 64 <= o + len <= src.len() for every offset (checked above).
+                let (a, b) = unsafe {
+                    (
+                        _mm512_loadu_si512(src.as_ptr().add(oa + i).cast()),
+                        _mm512_loadu_si512(src.as_ptr().add(ob + i).cast()),
+                    )
+                };
+                let (lo, hi) = (_mm512_unpacklo_epi8(a, b), _mm512_unpackhi_epi8(a, b));
+                let pair = _mm512_set1_epi32(pack(w[2 * p], w[2 * p + 1]));
+                let parts = [
+                    _mm512_unpacklo_epi8(lo, zero),
+                    _mm512_unpackhi_epi8(lo, zero),
+                    _mm512_unpacklo_epi8(hi, zero),
+                    _mm512_unpackhi_epi8(hi, zero),
+                ];
+                for (acc, part) in acc.iter_mut().zip(parts) {
+                    *acc = _mm512_add_epi32(*acc, _mm512_madd_epi16(part, pair));
+                }
+            }
+            // Per 128-bit lane, the packs put its 16 bytes back in order (as in AVX2).
+            let a = _mm512_packs_epi32(round(acc[0]), round(acc[1]));
+            let b = _mm512_packs_epi32(round(acc[2]), round(acc[3]));
+            _mm512_packus_epi16(a, b)
+        };
+        let mut i = 0;
+        while i < len {
+            // The last block ends at `len`, recomputing a few bytes the one before wrote.
+            let at = i.min(len - 64);
+            let v = block(at);
+            // SAFETY: at + 64 <= len = out.len().
+            unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(at).cast(), v) };
+            i += 64;
+        }
+        len
     }
 }
 
@@ -946,7 +1071,7 @@ mod avx2 {
         let width = cols.width;
         let quads = if Q == 0 { width / 4 } else { Q };
         let pixels = out.len() / 3;
-        if width % 4 != 0
+        if !width.is_multiple_of(4)
             || quads * 4 != width
             || cols.pairs.len() != cols.starts.len() * quads * 8
             || cols.starts.len() < pixels
@@ -1205,9 +1330,11 @@ mod tests {
             crop: bool, aa: bool, seed: u32,
         ) {
             let src = image(sw, sh, seed);
-            let fast = run(&mut Resampler::new(), &src, (sw, sh), crop, (dw, dh), aa);
             let portable = run(&mut Resampler::portable(), &src, (sw, sh), crop, (dw, dh), aa);
-            prop_assert_eq!(fast, portable);
+            for k in [Kernels::Avx2, Kernels::Avx512] {
+                let fast = run(&mut Resampler::with_kernels(k), &src, (sw, sh), crop, (dw, dh), aa);
+                prop_assert_eq!(&fast, &portable, "{:?}", k);
+            }
         }
     }
 
@@ -1238,6 +1365,13 @@ mod tests {
                 // SAFETY: AVX2 is present (checked above).
                 let done = unsafe { avx2::vertical(&src, &offs, rows.weights(y), row) };
                 assert_eq!(done, sw * 3, "vertical row {y}");
+                if kernels_available() == Kernels::Avx512 {
+                    let mut wide = vec![0u8; row.len()];
+                    // SAFETY: AVX-512BW is present (checked just above).
+                    let done = unsafe { avx512::vertical(&src, &offs, rows.weights(y), &mut wide) };
+                    assert_eq!(done, sw * 3, "AVX-512 vertical row {y}");
+                    assert_eq!(&wide[..], &row[..], "AVX-512 vertical row {y}");
+                }
             }
             let mut out = vec![0u8; 160 * 3];
             for y in 0..160 {

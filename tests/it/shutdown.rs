@@ -184,9 +184,9 @@ fn issue_6_a_thousand_loaders_leak_no_threads_or_memory() {
             .seed(i)
             .build()
             .unwrap();
-        if i % 10 == 0 {
+        if i.is_multiple_of(10) {
             let mut epoch = loader.epoch(i);
-            if i % 20 == 0 {
+            if i.is_multiple_of(20) {
                 let b = epoch.next().unwrap().unwrap();
                 assert_eq!(b.len(), 4);
             }
