@@ -254,11 +254,14 @@ struct HandoffSender(Arc<Handoff>);
 /// The batcher's end of a [`Handoff`]; dropping it makes every later `put` fail.
 struct HandoffReceiver(Arc<Handoff>);
 
-/// Positions the batcher takes at once: a sixteenth of a batch of 256 or a quarter of the
-/// smallest window, so the batcher still runs well ahead of the window's end.
+/// Positions the batcher takes at once: a quarter of the smallest window, so the batcher still
+/// runs well ahead of the window's end (and never more than a batch, so a small batch is not
+/// held back waiting for samples it does not need).
 const HANDOFF_BURST: usize = 16;
 
-fn handoff(size: usize, total: usize) -> (HandoffSender, HandoffReceiver) {
+/// A hand-off through a ring of `size` slots for a plan of `total` positions, whose batcher
+/// waits for at most `batch` positions at a time.
+fn handoff(size: usize, total: usize, batch: usize) -> (HandoffSender, HandoffReceiver) {
     let size = size.max(1);
     let h = Arc::new(Handoff {
         state: Mutex::new(HandoffState {
@@ -272,7 +275,7 @@ fn handoff(size: usize, total: usize) -> (HandoffSender, HandoffReceiver) {
         ready: Condvar::new(),
         size,
         total,
-        burst: HANDOFF_BURST.min(size / 4).max(1),
+        burst: HANDOFF_BURST.min(size / 4).min(batch).max(1),
     });
     (HandoffSender(h.clone()), HandoffReceiver(h))
 }
@@ -668,7 +671,7 @@ pub(crate) fn start(
         window: window.clone(),
     });
     // The window bounds what is in flight, so the ring never overflows.
-    let (loaded_tx, loaded_rx) = handoff(window_size, shared.plan.len());
+    let (loaded_tx, loaded_rx) = handoff(window_size, shared.plan.len(), cfg.batch_size);
     // The prefetch queue: ready batches ahead of the consumer.
     let (batch_tx, batch_rx) = bounded(queue);
     let mut handles = Vec::with_capacity(spawned_threads + 2);
@@ -1280,7 +1283,7 @@ mod tests {
                 [(2, 64, 5_003), (8, 4, 997), (3, 1, 300), (16, 256, 20_000)]
             {
                 let window = Arc::new(Window::new(size, total, threads, 1));
-                let (tx, rx) = handoff(size, total);
+                let (tx, rx) = handoff(size, total, 64);
                 let workers: Vec<_> = (0..threads)
                     .map(|t| {
                         let (window, tx) = (window.clone(), tx.clone());
@@ -1320,7 +1323,7 @@ mod tests {
     /// all gone, and not for less; a stopped batcher makes `put` fail.
     #[test]
     fn handoff_waits_for_a_burst_and_sees_shutdown() {
-        let (tx, rx) = handoff(64, 20);
+        let (tx, rx) = handoff(64, 20, 64);
         let h = rx.0.clone();
         assert_eq!(rx.burst(), 16);
         for seq in (1..16).rev() {
@@ -1346,7 +1349,7 @@ mod tests {
         assert!(rx.take(&mut burst));
         assert_eq!(burst.len(), 4);
         // Every sender gone: the batcher wakes and is told so.
-        let (tx, rx) = handoff(64, 100);
+        let (tx, rx) = handoff(64, 100, 64);
         let other = tx.clone();
         assert!(tx.put(loaded(0)));
         drop(tx);
@@ -1360,8 +1363,17 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         drop(other);
         assert_eq!(waiter.join().unwrap(), (true, 1, false));
+        // A batch of 4: the batcher wakes for 4, not 16.
+        let (tx, rx) = handoff(64, 100, 4);
+        let h = rx.0.clone();
+        for seq in 0..3 {
+            assert!(tx.put(loaded(seq)));
+        }
+        assert!(!h.enough(&h.lock()));
+        assert!(tx.put(loaded(3)));
+        assert!(h.enough(&h.lock()), "a whole batch is there");
         // The batcher gone: the decode threads are told to stop.
-        let (tx, rx) = handoff(8, 100);
+        let (tx, rx) = handoff(8, 100, 64);
         drop(rx);
         assert!(!tx.put(loaded(0)));
     }
