@@ -400,6 +400,7 @@ impl Decoder {
         let info =
             header::jpeg_info(bytes).map_err(|m| fail(path, format!("invalid JPEG: {m}")))?;
         self.check_pixels(path, info.width, info.height)?;
+        check_scan_data(path, bytes, &info)?;
         let orientation = if self.settings.apply_exif {
             info.orientation
         } else {
@@ -575,28 +576,6 @@ impl Decoder {
                 ),
             ));
         }
-        // zune-jpeg fills a scan that runs out of data with zero bits: a header claiming
-        // more pixels than the file holds data for decoded, grey below the real image. In a
-        // Huffman-coded sequential scan every 8×8 block of the full-resolution component
-        // takes at least 2 bits (a DC code and an end-of-block code, at least 1 bit each), so
-        // fewer bytes than blocks / 4 cannot be the image the header describes.
-        if !info.progressive && !info.arithmetic && !info.lossless {
-            let blocks = u64::from(info.width.div_ceil(8)) * u64::from(info.height.div_ceil(8));
-            let data = bytes.len().saturating_sub(info.scan_offset) as u64;
-            if data < blocks / 4 {
-                return Err(fail(
-                    path,
-                    format!(
-                        "zune-jpeg: {data} bytes of image data cannot hold the {}x{} pixels \
-                         the header claims (at least {} bytes): the file is truncated, or its \
-                         header is not its data's",
-                        info.width,
-                        info.height,
-                        blocks / 4
-                    ),
-                ));
-            }
-        }
         let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), opts);
         let zerr = |e: zune_jpeg::errors::DecodeErrors| fail(path, format!("zune-jpeg: {e}"));
         d.decode_headers().map_err(zerr)?;
@@ -648,6 +627,9 @@ impl Decoder {
         // limits would report a huge width as too much metadata).
         if bytes.get(12..16) == Some(b"IHDR".as_slice()) {
             self.check_pixels(path, be32(16), be32(20))?;
+            if let Some(&[depth, colour]) = bytes.get(24..26) {
+                check_png_data(path, bytes.len(), be32(16), be32(20), depth, colour)?;
+            }
         }
         let width = u64::from(be32(16));
         let mut header_limits = image::Limits::default();
@@ -747,6 +729,74 @@ impl Decoder {
             orientation,
         })
     }
+}
+
+/// Refuses a sequential Huffman-coded JPEG whose file is too short for the pixels its header
+/// claims, before any pixel buffer exists. In such a scan every 8×8 block of the
+/// full-resolution component takes at least 2 bits (a DC code and an end-of-block code, at
+/// least 1 bit each), so fewer bytes than blocks / 4 after the first scan header cannot be
+/// the image the header describes. (zune-jpeg would fill the missing data with zero bits and
+/// deliver grey rows; libjpeg-turbo would allocate the whole frame before finding the end.)
+fn check_scan_data(path: &Path, bytes: &[u8], info: &JpegInfo) -> Result<(), Error> {
+    if info.progressive || info.arithmetic || info.lossless {
+        return Ok(());
+    }
+    let blocks = u64::from(info.width.div_ceil(8)) * u64::from(info.height.div_ceil(8));
+    let data = bytes.len().saturating_sub(info.scan_offset) as u64;
+    if data < blocks / 4 {
+        return Err(fail(
+            path,
+            format!(
+                "{data} bytes of image data cannot hold the {}x{} pixels the header claims \
+                 (a sequential JPEG of that size has at least {} bytes): the file is \
+                 truncated, or its header is not its data's",
+                info.width,
+                info.height,
+                blocks / 4
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Deflate codes at most 258 bytes in 2 bits (a length code and a distance code of 1 bit
+/// each): no zlib stream inflates more than 1032 times its size.
+const DEFLATE_MAX_RATIO: u64 = 1032;
+
+/// Refuses a PNG whose file is too short for the pixels its IHDR claims (`depth` bits a
+/// sample, `colour` type as in the IHDR), before any row buffer exists: its image data
+/// inflates to at least `w × h × bits / 8` bytes, which needs at least 1/1032 of that in the
+/// file. Without this check, a 100-byte file claiming 100 megapixels would have the decoder
+/// allocate and clear 300 MB before finding the data missing.
+fn check_png_data(
+    path: &Path,
+    file_len: usize,
+    w: u32,
+    h: u32,
+    depth: u8,
+    colour: u8,
+) -> Result<(), Error> {
+    let channels: u64 = match colour {
+        0 | 3 => 1,
+        4 => 2,
+        2 => 3,
+        6 => 4,
+        // The png crate names what is wrong with the header.
+        _ => return Ok(()),
+    };
+    let raw = (u64::from(w) * u64::from(h)).saturating_mul(channels * u64::from(depth)) / 8;
+    let least = raw / DEFLATE_MAX_RATIO;
+    if (file_len as u64) < least {
+        return Err(fail(
+            path,
+            format!(
+                "{file_len} bytes cannot hold the {w}x{h} pixels the PNG header claims \
+                 ({raw} bytes of image data, which deflate cannot store in fewer than \
+                 {least}): the file is truncated, or its header is not its data's"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a libjpeg-turbo warning says about an image it decoded to the end.

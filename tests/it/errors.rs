@@ -180,12 +180,14 @@ fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder()
     let orig = std::fs::read(common::testdata("valid/baseline_420.jpg")).unwrap(); // 400x300
     let p = dir.path().join("claims_4000x3000.jpg");
     std::fs::write(&p, with_frame_size(&orig, 4000, 3000)).unwrap();
+    // Both refuse it from its length before any pixel buffer exists (libjpeg-turbo allocated
+    // the 36 MB frame, then found the data short).
     for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
-        let e = expect_file_error(&p, move |b| b.jpeg_decoder(decoder));
+        let e = expect_file_error(&p, move |b| b.jpeg_decoder(decoder)).to_string();
         println!("{decoder:?}: {e}");
+        assert!(e.contains("cannot hold the 4000x3000 pixels"), "{e}");
+        assert!(e.contains("truncated"), "{e}");
     }
-    let e = expect_file_error(&p, |b| b.jpeg_decoder(JpegDecoder::Zune)).to_string();
-    assert!(e.contains("cannot hold the 4000x3000 pixels"), "{e}");
     // Frame types zune-jpeg does not decode are named as such (it said "Number of
     // components cannot be zero").
     for (sof, what) in [
@@ -990,6 +992,34 @@ fn issue_6_a_png_with_a_huge_icc_profile_costs_no_memory() {
 }
 
 #[test]
+fn a_png_header_claiming_more_pixels_than_its_file_can_hold_is_refused_before_decoding() {
+    // A 100-byte PNG claiming 9000x9000 RGB (81 megapixels, under max_pixels): the png crate
+    // allocated and cleared its 243 MB before finding the data missing. Deflate inflates at
+    // most 1032 times, so the file needs 235 KB at least: refused from its length.
+    let dir = tempfile::tempdir().unwrap();
+    let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
+    png[16..20].copy_from_slice(&9000u32.to_be_bytes());
+    png[20..24].copy_from_slice(&9000u32.to_be_bytes());
+    let crc = common::crc32(&png[12..29]);
+    png[29..33].copy_from_slice(&crc.to_be_bytes());
+    let p = dir.path().join("claims_9000x9000.png");
+    std::fs::write(&p, &png).unwrap();
+    let started = std::time::Instant::now();
+    let e = expect_file_error(&p, |b| b).to_string();
+    println!("{e} ({:?})", started.elapsed());
+    assert!(e.contains("cannot hold the 9000x9000 pixels"), "{e}");
+    assert!(e.contains("truncated"), "{e}");
+    // The bound never refuses a real file, however well it compresses: a black 3000x3000
+    // PNG (27 MB of pixels in a few KB) decodes.
+    let black = dir.path().join("black.png");
+    let file = common::encode_png(&vec![0; 3000 * 3000 * 3], 3000, 3000);
+    println!("black 3000x3000: {} bytes", file.len());
+    std::fs::write(&black, &file).unwrap();
+    let px = common::load_one(&black, |b| b).expect("a black PNG decodes");
+    assert!(px.iter().all(|&v| v == 0));
+}
+
+#[test]
 fn imagefeed_corpus_replaces_nothing() {
     // `imagefeed corpus DIR` over a folder holding files of the same names used to overwrite
     // them; it now fails before writing anything.
@@ -1611,6 +1641,8 @@ fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
         png[24..26].copy_from_slice(&[16, 6]);
         let crc = common::crc32(&png[12..29]);
         png[29..33].copy_from_slice(&crc.to_be_bytes());
+        // With an 800 KB private chunk, enough bytes for deflate to hold its 800 MB of rows.
+        let png = with_png_chunk(&png, b"prVt", &vec![0; 800_000]);
         std::fs::write(dir.join("wide16.png"), &png).unwrap();
         let passed = std::panic::catch_unwind(|| common::runs_in_child(NAME));
         let _ = std::fs::remove_dir_all(&dir);
