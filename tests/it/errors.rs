@@ -208,6 +208,21 @@ fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder()
     }
 }
 
+/// A 4x4 RGB8 PNG whose IHDR (with a valid CRC) claims `w`×`h` pixels: its data holds 16.
+fn png_claiming(w: u32, h: u32) -> Vec<u8> {
+    let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
+    set_png_size(&mut png, w, h);
+    png
+}
+
+/// Rewrites the width and height in `png`'s IHDR, and its CRC.
+fn set_png_size(png: &mut [u8], w: u32, h: u32) {
+    png[16..20].copy_from_slice(&w.to_be_bytes());
+    png[20..24].copy_from_slice(&h.to_be_bytes());
+    let crc = common::crc32(&png[12..29]);
+    png[29..33].copy_from_slice(&crc.to_be_bytes());
+}
+
 #[test]
 fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
     let dir = tempfile::tempdir().unwrap();
@@ -219,21 +234,14 @@ fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
         files.push(p);
     }
     // A PNG whose IHDR (with a valid CRC) claims 65000x65000.
-    let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
-    png[16..20].copy_from_slice(&65000u32.to_be_bytes());
-    png[20..24].copy_from_slice(&65000u32.to_be_bytes());
-    let crc = common::crc32(&png[12..29]);
-    png[29..33].copy_from_slice(&crc.to_be_bytes());
+    let mut png = png_claiming(65000, 65000);
     let p = dir.path().join("bomb.png");
     std::fs::write(&p, &png).unwrap();
     files.push(p);
     // PNG's largest sizes: (2^31 - 1) on both sides, and a single row that wide.
     let mut claims: Vec<(u32, u32)> = Vec::new();
     for (w, h) in [(i32::MAX as u32, i32::MAX as u32), (i32::MAX as u32, 1)] {
-        png[16..20].copy_from_slice(&w.to_be_bytes());
-        png[20..24].copy_from_slice(&h.to_be_bytes());
-        let crc = common::crc32(&png[12..29]);
-        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        set_png_size(&mut png, w, h);
         let p = dir.path().join(format!("bomb_{w}x{h}.png"));
         std::fs::write(&p, &png).unwrap();
         files.push(p);
@@ -997,11 +1005,7 @@ fn a_png_header_claiming_more_pixels_than_its_file_can_hold_is_refused_before_de
     // allocated and cleared its 243 MB before finding the data missing. Deflate inflates at
     // most 1032 times, so the file needs 235 KB at least: refused from its length.
     let dir = tempfile::tempdir().unwrap();
-    let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
-    png[16..20].copy_from_slice(&9000u32.to_be_bytes());
-    png[20..24].copy_from_slice(&9000u32.to_be_bytes());
-    let crc = common::crc32(&png[12..29]);
-    png[29..33].copy_from_slice(&crc.to_be_bytes());
+    let png = png_claiming(9000, 9000);
     let p = dir.path().join("claims_9000x9000.png");
     std::fs::write(&p, &png).unwrap();
     let started = std::time::Instant::now();
@@ -1636,11 +1640,8 @@ fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
         drop(flat);
         // A 100,000,000x1 RGBA16 header (its data never read): rows of 800 MB.
         let mut png = common::encode_png(&[9; 4 * 4 * 3], 4, 4);
-        png[16..20].copy_from_slice(&100_000_000u32.to_be_bytes());
-        png[20..24].copy_from_slice(&1u32.to_be_bytes());
         png[24..26].copy_from_slice(&[16, 6]);
-        let crc = common::crc32(&png[12..29]);
-        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        set_png_size(&mut png, 100_000_000, 1);
         // With an 800 KB private chunk, enough bytes for deflate to hold its 800 MB of rows.
         let png = with_png_chunk(&png, b"prVt", &vec![0; 800_000]);
         std::fs::write(dir.join("wide16.png"), &png).unwrap();
