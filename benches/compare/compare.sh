@@ -36,7 +36,7 @@ echo "== warm-up: one untimed decode pass over the corpus" >&2
 # Two cold epochs a process (both decode every file): the first is the headline figure; the
 # second is measured like the floor's DCT-scaled pass, which runs second in its process, after
 # the full-size pass (in one series of runs here, a process's first epoch ran at a median
-# 0.935 of its later ones).
+# 0.937 of its later ones).
 run_imagefeed() {
   "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --epochs 2 --json >> "$out/cold.json"
 }
