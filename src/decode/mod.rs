@@ -731,28 +731,33 @@ impl Decoder {
     }
 }
 
-/// Refuses a sequential Huffman-coded JPEG whose file is too short for the pixels its header
-/// claims, before any pixel buffer exists. In such a scan every 8×8 block of the
+/// Refuses a Huffman-coded JPEG whose file is too short for the pixels its header claims,
+/// before any pixel or coefficient buffer exists. In a sequential scan every 8×8 block of the
 /// full-resolution component takes at least 2 bits (a DC code and an end-of-block code, at
-/// least 1 bit each), so fewer bytes than blocks / 4 after the first scan header cannot be
-/// the image the header describes. (zune-jpeg would fill the missing data with zero bits and
-/// deliver grey rows; libjpeg-turbo would allocate the whole frame before finding the end.)
+/// least 1 bit each); in a progressive file its first DC scan takes at least 1 bit a block. So
+/// fewer bytes than blocks / 4 (sequential) or blocks / 8 (progressive) after the first scan
+/// header cannot be the image the header describes. (zune-jpeg would fill the missing data with
+/// zero bits and deliver grey rows; libjpeg-turbo would allocate the whole frame, or for a
+/// progressive file every coefficient of it, before finding the end.)
 fn check_scan_data(path: &Path, bytes: &[u8], info: &JpegInfo) -> Result<(), Error> {
-    if info.progressive || info.arithmetic || info.lossless {
+    if info.arithmetic || info.lossless {
         return Ok(());
     }
     let blocks = u64::from(info.width.div_ceil(8)) * u64::from(info.height.div_ceil(8));
+    let (least, kind) = if info.progressive {
+        (blocks / 8, "progressive")
+    } else {
+        (blocks / 4, "sequential")
+    };
     let data = bytes.len().saturating_sub(info.scan_offset) as u64;
-    if data < blocks / 4 {
+    if data < least {
         return Err(fail(
             path,
             format!(
                 "{data} bytes of image data cannot hold the {}x{} pixels the header claims \
-                 (a sequential JPEG of that size has at least {} bytes): the file is \
+                 (a {kind} JPEG of that size has at least {least} bytes): the file is \
                  truncated, or its header is not its data's",
-                info.width,
-                info.height,
-                blocks / 4
+                info.width, info.height
             ),
         ));
     }

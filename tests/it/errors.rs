@@ -181,12 +181,54 @@ fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder()
     let p = dir.path().join("claims_4000x3000.jpg");
     std::fs::write(&p, with_frame_size(&orig, 4000, 3000)).unwrap();
     // Both refuse it from its length before any pixel buffer exists (libjpeg-turbo allocated
-    // the 36 MB frame, then found the data short).
-    for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
-        let e = expect_file_error(&p, move |b| b.jpeg_decoder(decoder)).to_string();
-        println!("{decoder:?}: {e}");
-        assert!(e.contains("cannot hold the 4000x3000 pixels"), "{e}");
-        assert!(e.contains("truncated"), "{e}");
+    // the 36 MB frame, then found the data short). A progressive file too: libjpeg-turbo kept
+    // every coefficient of a claimed 9000x9000 frame (peak RSS 258 MB, 0.19 s) before saying
+    // "premature end of data segment", which `accept_jpeg_warnings` would have delivered.
+    let prog = std::fs::read(common::testdata("valid/progressive.jpg")).unwrap();
+    let q = dir.path().join("progressive_claims_9000x9000.jpg");
+    std::fs::write(&q, with_frame_size(&prog, 9000, 9000)).unwrap();
+    for (file, size) in [(&p, "4000x3000"), (&q, "9000x9000")] {
+        for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+            for accept in [false, true] {
+                let e = expect_file_error(file, move |b| {
+                    b.jpeg_decoder(decoder).accept_jpeg_warnings(accept)
+                })
+                .to_string();
+                println!("{decoder:?}, accept_jpeg_warnings({accept}): {e}");
+                assert!(e.contains(&format!("cannot hold the {size} pixels")), "{e}");
+                assert!(e.contains("truncated"), "{e}");
+            }
+        }
+    }
+    // The bounds never refuse a real file, however well it compresses: black 2048x2048
+    // progressive and baseline JPEGs (a few KB for 65,536 blocks) decode with either decoder.
+    let black = vec![0u8; 2048 * 2048 * 3];
+    for progressive in [true, false] {
+        let mut c = turbojpeg::Compressor::new().unwrap();
+        c.set_progressive(progressive).unwrap();
+        c.set_optimize(true).unwrap();
+        let image = turbojpeg::Image {
+            pixels: &black[..],
+            width: 2048,
+            pitch: 2048 * 3,
+            height: 2048,
+            format: turbojpeg::PixelFormat::RGB,
+        };
+        let jpeg = c.compress_to_vec(image).unwrap();
+        println!(
+            "black 2048x2048, progressive {progressive}: {} bytes",
+            jpeg.len()
+        );
+        let path = dir.path().join(format!("black_{progressive}.jpg"));
+        std::fs::write(&path, &jpeg).unwrap();
+        for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
+            let px = common::load_one(&path, move |b| b.jpeg_decoder(decoder))
+                .unwrap_or_else(|e| panic!("{decoder:?}: {e}"));
+            assert!(
+                px.iter().all(|&v| v <= 1),
+                "{decoder:?}: a black image stays black"
+            );
+        }
     }
     // Frame types zune-jpeg does not decode are named as such (it said "Number of
     // components cannot be zero").
