@@ -180,11 +180,10 @@ fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder()
     let orig = std::fs::read(common::testdata("valid/baseline_420.jpg")).unwrap(); // 400x300
     let p = dir.path().join("claims_4000x3000.jpg");
     std::fs::write(&p, with_frame_size(&orig, 4000, 3000)).unwrap();
-    // Both refuse it from its length before any pixel buffer exists (libjpeg-turbo allocated
-    // the 36 MB frame, then found the data short). A progressive file too: for a 1.2 KB file
-    // claiming 9000x9000, libjpeg-turbo kept every coefficient of the frame (peak RSS 258 MB,
-    // 0.19 s) before saying "premature end of data segment", which `accept_jpeg_warnings`
-    // would have delivered.
+    // Both refuse it from its length, with either `accept_jpeg_warnings` (libjpeg-turbo said
+    // "premature end of data segment", a warning that setting lets through, mostly grey). A
+    // progressive file too: for a 1.2 KB file claiming 9000x9000, libjpeg-turbo kept every
+    // coefficient of the frame (peak RSS 251 MB, 0.24 s) before saying the same.
     let prog = std::fs::read(common::testdata("valid/progressive.jpg")).unwrap();
     let q = dir.path().join("progressive_claims_9000x9000.jpg");
     std::fs::write(&q, with_frame_size(&prog, 9000, 9000)).unwrap();
@@ -202,7 +201,7 @@ fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder()
         }
     }
     // The bounds never refuse a real file, however well it compresses: black 2048x2048
-    // progressive and baseline JPEGs (a few KB for 65,536 blocks) decode with either decoder.
+    // progressive and baseline JPEGs (about 49 KB for 65,536 blocks) decode with either decoder.
     // (Encoded with libjpeg-turbo, so only with its feature.)
     #[cfg(feature = "turbojpeg")]
     for progressive in [true, false] {
@@ -1046,8 +1045,8 @@ fn issue_6_a_png_with_a_huge_icc_profile_costs_no_memory() {
 
 #[test]
 fn a_png_header_claiming_more_pixels_than_its_file_can_hold_is_refused_before_decoding() {
-    // A 100-byte PNG claiming 9000x9000 RGB (81 megapixels, under max_pixels): the png crate
-    // allocated and cleared its 243 MB before finding the data missing. Deflate inflates at
+    // A 120-byte PNG claiming 9000x9000 RGB (81 megapixels, under max_pixels): the decoder
+    // allocated its 243 MB before finding the data missing (peak RSS 244 MB). Deflate inflates at
     // most 1032 times, so the file needs 235 KB at least: refused from its length.
     let dir = tempfile::tempdir().unwrap();
     let png = png_claiming(9000, 9000);
@@ -1059,7 +1058,7 @@ fn a_png_header_claiming_more_pixels_than_its_file_can_hold_is_refused_before_de
     assert!(e.contains("cannot hold the 9000x9000 pixels"), "{e}");
     assert!(e.contains("truncated"), "{e}");
     // The bound never refuses a real file, however well it compresses: a black 3000x3000
-    // PNG (27 MB of pixels in a few KB) decodes.
+    // PNG (27 MB of pixels in 137 KB) decodes.
     let black = dir.path().join("black.png");
     let file = common::encode_png(&vec![0; 3000 * 3000 * 3], 3000, 3000);
     println!("black 3000x3000: {} bytes", file.len());
