@@ -228,6 +228,7 @@ impl Config {
             dct_scaling: self.dct_scaling,
             accept_jpeg_warnings: self.accept_jpeg_warnings,
             jpeg_decoder: self.jpeg_decoder,
+            planes: true,
         }
     }
     /// The deepest prefetch queue this loader may use.
@@ -379,7 +380,8 @@ impl MemoryBudget {
             decode_scratch_bytes: threads.saturating_mul(
                 RETAIN_BYTES
                     + SMALL_DECODE_BYTES
-                    + sample
+                    // The orientation copy and the resized planes of a JPEG decoded to planes.
+                    + 2 * sample
                     + crate::transform::RESIZE_RETAINED_BYTES as u64,
             ),
             large_image_bytes: cfg
@@ -601,6 +603,13 @@ impl LoaderBuilder {
 
     /// Decode JPEGs at the largest DCT scale (1/2, 1/4, 1/8) that still covers the output
     /// size on both axes (default `true`; needs the `turbojpeg` feature).
+    ///
+    /// With it, a YCbCr or grey JPEG is also decoded to its planes as stored (chroma at its
+    /// subsampled size), each plane resized to the output and the result converted to RGB:
+    /// the chroma upsampling and colour conversion happen on the output's pixels rather than
+    /// the decoded frame's. `false` decodes every JPEG at full size to RGB with
+    /// libjpeg-turbo's own upsampling and colour conversion, as Pillow does: the reference
+    /// `imagefeed floor` measures the quality cost against.
     pub fn dct_scaling(mut self, on: bool) -> Self {
         self.cfg.dct_scaling = on;
         self

@@ -83,6 +83,8 @@ pub fn decode_floor(
         dct_scaling: scaled,
         accept_jpeg_warnings: false,
         jpeg_decoder: decoder,
+        // The floor is libjpeg-turbo's whole decode, to RGB.
+        planes: false,
     };
     let geom = Geometry {
         width: size_px,
@@ -220,6 +222,8 @@ fn compare(
 ) -> Result<PsnrReport, Error> {
     check_size(size_px)?;
     let n = limit.map_or(source.len(), |l| l.min(source.len()));
+    // With DCT scaling, the pipeline's decode (YCbCr planes, converted after the resize); the
+    // full-size reference decodes to RGB as libjpeg-turbo does by default.
     let settings = |dct| DecodeSettings {
         max_pixels: 100_000_000,
         apply_exif: true,
@@ -227,6 +231,7 @@ fn compare(
         dct_scaling: dct,
         accept_jpeg_warnings: false,
         jpeg_decoder: JpegDecoder::Auto,
+        planes: dct,
     };
     let geom = |filter| Geometry {
         width: size_px,

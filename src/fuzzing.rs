@@ -19,6 +19,7 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
         check_extension: true,
         dct_scaling: true,
         accept_jpeg_warnings: size % 2 == 1,
+        planes: true,
         jpeg_decoder: if zune {
             JpegDecoder::Zune
         } else {
@@ -121,6 +122,7 @@ impl BenchDecoder {
                 check_extension: false,
                 dct_scaling: dct,
                 accept_jpeg_warnings: false,
+                planes: true,
                 jpeg_decoder: if zune {
                     JpegDecoder::Zune
                 } else {
@@ -201,7 +203,7 @@ impl BenchResizer {
             filter,
         };
         let decoded = crate::decode::Decoded {
-            rgb,
+            pixels: crate::decode::Pixels::Rgb(rgb),
             width,
             height,
             orientation: 1,

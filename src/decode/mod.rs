@@ -68,6 +68,10 @@ pub(crate) struct DecodeSettings {
     pub(crate) check_extension: bool,
     pub(crate) dct_scaling: bool,
     pub(crate) jpeg_decoder: JpegDecoder,
+    /// Decode YCbCr and grey JPEGs with libjpeg-turbo to planes, leaving upsampling and
+    /// colour conversion to the resize (on the output's pixels, after resizing): the loader's
+    /// way. Off: RGB from libjpeg-turbo (the decode floor, the PSNR reference).
+    pub(crate) planes: bool,
     /// Deliver JPEGs whose entropy-coded data libjpeg-turbo reports as damaged but decodes to
     /// the end ([`TurboWarning::Data`]); truncated files stay errors.
     pub(crate) accept_jpeg_warnings: bool,
@@ -168,11 +172,145 @@ impl Drop for GateGuard<'_> {
 /// A decoded image before resizing, borrowed from the decoder's buffer.
 #[derive(Debug)]
 pub(crate) struct Decoded<'a> {
-    pub(crate) rgb: &'a [u8],
+    pub(crate) pixels: Pixels<'a>,
     pub(crate) width: u32,
     pub(crate) height: u32,
     /// EXIF orientation still to apply (1 = none).
     pub(crate) orientation: u8,
+}
+
+/// The pixels of a [`Decoded`] image.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pixels<'a> {
+    /// RGB8, rows packed.
+    Rgb(&'a [u8]),
+    /// A JPEG's components as decoded, before upsampling and colour conversion (which the
+    /// resize does after resizing, on the output's pixels).
+    Planes(Planes<'a>),
+}
+
+/// The planes of a JPEG decoded without colour conversion: Y (grey), or Y, Cb and Cr.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Planes<'a> {
+    /// 1 (grey) or 3 (YCbCr).
+    pub(crate) count: usize,
+    pub(crate) data: [&'a [u8]; 3],
+    /// Bytes a row.
+    pub(crate) stride: [usize; 3],
+    /// Samples of image data across and down (the rows may be padded past them).
+    pub(crate) size: [(usize, usize); 3],
+    /// Samples per image pixel across and down: 1 for Y, 1/2 for 4:2:0 chroma.
+    pub(crate) ratio: [(f64, f64); 3],
+}
+
+/// Where a libjpeg-turbo decode leaves its pixels in the decoder's buffer: `width`×`height`
+/// RGB8, or planes one after the other (`len` bytes in all).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
+struct Layout {
+    width: usize,
+    height: usize,
+    len: usize,
+    planes: Option<PlaneLayout>,
+    #[cfg(feature = "turbojpeg")]
+    subsamp: turbojpeg::Subsamp,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PlaneLayout {
+    count: usize,
+    offset: [usize; 3],
+    stride: [usize; 3],
+    size: [(usize, usize); 3],
+    ratio: [(f64, f64); 3],
+}
+
+#[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
+impl Layout {
+    fn rgb(width: usize, height: usize) -> Layout {
+        Layout {
+            width,
+            height,
+            len: width * height * 3,
+            planes: None,
+            #[cfg(feature = "turbojpeg")]
+            subsamp: turbojpeg::Subsamp::None,
+        }
+    }
+
+    /// The planes libjpeg-turbo writes for a `w`×`h` (scaled) image with subsampling `sub`
+    /// and rows aligned to 1 byte (`tj3DecompressToYUV8`), or `None` where it would not
+    /// write planes.
+    #[cfg(feature = "turbojpeg")]
+    fn planes(w: usize, h: usize, sub: turbojpeg::Subsamp) -> Option<Layout> {
+        use turbojpeg::Subsamp;
+        let count = if sub == Subsamp::Gray { 1 } else { 3 };
+        let (sx, sy) = (sub.width(), sub.height());
+        let (wi, hi) = (i32::try_from(w).ok()?, i32::try_from(h).ok()?);
+        let mut p = PlaneLayout {
+            count,
+            offset: [0; 3],
+            stride: [0; 3],
+            size: [(0, 0); 3],
+            ratio: [(1.0, 1.0); 3],
+        };
+        let mut len = 0usize;
+        for i in 0..count {
+            let c = i as i32;
+            // SAFETY: pure arithmetic on its arguments (no pointers).
+            let (pw, ph) = unsafe {
+                (
+                    turbojpeg::raw::tj3YUVPlaneWidth(c, wi, sub as i32),
+                    turbojpeg::raw::tj3YUVPlaneHeight(c, hi, sub as i32),
+                )
+            };
+            let (pw, ph) = (usize::try_from(pw).ok()?, usize::try_from(ph).ok()?);
+            let (cw, ch) = if i == 0 {
+                (w, h)
+            } else {
+                p.ratio[i] = (1.0 / sx as f64, 1.0 / sy as f64);
+                (w.div_ceil(sx), h.div_ceil(sy))
+            };
+            if pw == 0 || ph == 0 || cw > pw || ch > ph {
+                return None;
+            }
+            p.offset[i] = len;
+            p.stride[i] = pw;
+            p.size[i] = (cw, ch);
+            len = len.checked_add(pw.checked_mul(ph)?)?;
+        }
+        // What the crate checks the buffer against, so its assertion cannot fire.
+        (turbojpeg::yuv_pixels_len(w, 1, h, sub).ok()? == len).then_some(Layout {
+            width: w,
+            height: h,
+            len,
+            planes: Some(p),
+            subsamp: sub,
+        })
+    }
+
+    /// The decoded pixels in `buf` (the buffer the decode wrote into).
+    fn pixels<'a>(&self, buf: &'a [u8]) -> Pixels<'a> {
+        match &self.planes {
+            None => Pixels::Rgb(&buf[..self.len]),
+            Some(p) => {
+                let plane = |i: usize| {
+                    if i < p.count {
+                        &buf[p.offset[i]..p.offset[i] + p.stride[i] * p.size[i].1]
+                    } else {
+                        &buf[..0]
+                    }
+                };
+                Pixels::Planes(Planes {
+                    count: p.count,
+                    data: [plane(0), plane(1), plane(2)],
+                    stride: p.stride,
+                    size: p.size,
+                    ratio: p.ratio,
+                })
+            }
+        }
+    }
 }
 
 /// Per-worker decoder: reusable buffers. Not shared between threads.
@@ -421,19 +559,44 @@ impl Decoder {
         if !gate_held && estimate > SMALL_DECODE_BYTES {
             *guard = Some(gate.enter(estimate));
         }
-        let (width, height) = if use_turbo {
-            self.decode_turbo(bytes, path, &info, scale)?
-        } else {
-            self.decode_zune(bytes, path, &info)?
-        };
+        if use_turbo {
+            let (tw, th) = if orientation >= 5 {
+                (geom.height, geom.width)
+            } else {
+                (geom.width, geom.height)
+            };
+            // Planes where converting colour after the resize converts fewer pixels (the
+            // decoded frame is no smaller than the target) and the planar kernels take the
+            // taps (each axis within 4x the target after scaling). Without DCT scaling,
+            // libjpeg-turbo's own RGB, as Pillow decodes.
+            let planes = self.settings.planes
+                && self.settings.dct_scaling
+                && u64::from(sw) * u64::from(sh) >= u64::from(tw) * u64::from(th)
+                && sw <= 4 * tw
+                && sh <= 4 * th
+                && matches!(info.components, 1 | 3)
+                && !info.lossless;
+            let layout = self.decode_turbo(bytes, path, &info, scale, planes)?;
+            let (width, height) = (layout.width as u32, layout.height as u32);
+            return Ok(Decoded {
+                pixels: layout.pixels(&self.rgb),
+                width,
+                height,
+                orientation,
+            });
+        }
+        let (width, height) = self.decode_zune(bytes, path, &info)?;
         Ok(Decoded {
-            rgb: &self.rgb[..width as usize * height as usize * 3],
+            pixels: Pixels::Rgb(&self.rgb[..width as usize * height as usize * 3]),
             width,
             height,
             orientation,
         })
     }
 
+    /// Decodes a JPEG with libjpeg-turbo at scale `1/scale` into `self.rgb`: as planes where
+    /// `planes` is set and the file is YCbCr or grey with a subsampling libjpeg-turbo can
+    /// write as planes, else as RGB.
     #[cfg(feature = "turbojpeg")]
     fn decode_turbo(
         &mut self,
@@ -441,8 +604,9 @@ impl Decoder {
         path: &Path,
         info: &JpegInfo,
         scale: u32,
-    ) -> Result<(u32, u32), Error> {
-        use turbojpeg::{Image, PixelFormat, ScalingFactor};
+        planes: bool,
+    ) -> Result<Layout, Error> {
+        use turbojpeg::{Colorspace, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
         let tj_err = |e: turbojpeg::Error| fail(path, format!("libjpeg-turbo: {e}"));
         // A fresh decompressor for every image (0.25 us): libjpeg keeps quantization and
         // Huffman tables between images on one decompressor (for abbreviated streams), so a
@@ -454,6 +618,33 @@ impl Decoder {
         let w = factor.scale(info.width as usize);
         let h = factor.scale(info.height as usize);
         let cmyk = info.components == 4;
+        // The layout of planes libjpeg-turbo would write (None: decode to RGB). A header it
+        // cannot read is left to the RGB decode to report.
+        let plan = if planes && !cmyk {
+            // libjpeg-turbo fails a header read on a warning: one about metadata is read
+            // again without it, as the decode below does.
+            let hdr = tj.read_header(bytes).or_else(|e| match &e {
+                turbojpeg::Error::TurboJpegError(msg)
+                    if turbo_warning(msg) == Some(TurboWarning::Metadata) =>
+                {
+                    tj.read_header(&header::without_segments(bytes, &[0xE0, 0xE2]))
+                }
+                _ => Err(e),
+            });
+            hdr.ok().and_then(|hdr| {
+                let sub = match (hdr.colorspace, hdr.subsamp) {
+                    (Colorspace::Gray, Subsamp::Gray) => Subsamp::Gray,
+                    (Colorspace::YCbCr, Subsamp::Gray | Subsamp::Unknown) => return None,
+                    (Colorspace::YCbCr, sub) => sub,
+                    _ => return None,
+                };
+                (hdr.width == info.width as usize && hdr.height == info.height as usize)
+                    .then(|| Layout::planes(w, h, sub))
+                    .flatten()
+            })
+        } else {
+            None
+        };
         let (format, bpp) = if cmyk {
             (PixelFormat::CMYK, 4)
         } else {
@@ -461,19 +652,31 @@ impl Decoder {
         };
         let target = if cmyk { &mut self.aux } else { &mut self.rgb };
         // libjpeg-turbo writes every pixel: grow the buffer, never clear what it will overwrite.
-        let len = w * h * bpp;
+        let len = plan.as_ref().map_or(w * h * bpp, |p| p.len);
         if target.len() < len {
             target.resize(len, 0);
         }
-        let mut run = |data: &[u8]| {
-            let image = Image {
-                pixels: &mut target[..len],
-                width: w,
-                pitch: w * bpp,
-                height: h,
-                format,
-            };
-            tj.decompress(data, image)
+        let mut run = |data: &[u8]| match &plan {
+            Some(p) => tj.decompress_to_yuv(
+                data,
+                YuvImage {
+                    pixels: &mut target[..len],
+                    width: w,
+                    align: 1,
+                    height: h,
+                    subsamp: p.subsamp,
+                },
+            ),
+            None => {
+                let image = Image {
+                    pixels: &mut target[..len],
+                    width: w,
+                    pitch: w * bpp,
+                    height: h,
+                    format,
+                };
+                tj.decompress(data, image)
+            }
         };
         // libjpeg-turbo reports a warning as a failure after finishing the image, with the
         // text of the first warning only (see `TurboWarning`).
@@ -523,7 +726,7 @@ impl Decoder {
             }
             cmyk_to_rgb(&self.aux[..len], &mut self.rgb[..w * h * 3]);
         }
-        Ok((w as u32, h as u32))
+        Ok(plan.unwrap_or(Layout::rgb(w, h)))
     }
 
     #[cfg(not(feature = "turbojpeg"))]
@@ -533,8 +736,10 @@ impl Decoder {
         path: &Path,
         info: &JpegInfo,
         _scale: u32,
-    ) -> Result<(u32, u32), Error> {
-        self.decode_zune(bytes, path, info)
+        _planes: bool,
+    ) -> Result<Layout, Error> {
+        let (w, h) = self.decode_zune(bytes, path, info)?;
+        Ok(Layout::rgb(w as usize, h as usize))
     }
 
     fn decode_zune(
@@ -723,7 +928,7 @@ impl Decoder {
             1
         };
         Ok(Decoded {
-            rgb: &self.rgb[..px * 3],
+            pixels: Pixels::Rgb(&self.rgb[..px * 3]),
             width: w,
             height: h,
             orientation,
@@ -998,6 +1203,75 @@ mod tests {
     }
 
     #[cfg(unix)]
+    /// Which JPEGs decode to planes, and that their samples stay close to libjpeg-turbo's
+    /// RGB decode through the same resize.
+    #[cfg(feature = "turbojpeg")]
+    #[test]
+    fn ycbcr_and_grey_jpegs_decode_to_planes_that_resize_as_their_rgb() {
+        let settings = |planes| DecodeSettings {
+            max_pixels: 1 << 26,
+            apply_exif: true,
+            check_extension: true,
+            dct_scaling: true,
+            jpeg_decoder: JpegDecoder::Auto,
+            planes,
+            accept_jpeg_warnings: false,
+        };
+        let geom = Geometry {
+            width: 160,
+            height: 160,
+            mode: crate::ResizeMode::Stretch,
+            filter: crate::ResizeFilter::default(),
+        };
+        let gate = LargeGate::default();
+        let (mut with, mut without) = (Decoder::new(settings(true)), Decoder::new(settings(false)));
+        // (file, planes: None for RGB, else the count and the first chroma plane's ratio)
+        type Want = Option<(usize, (f64, f64))>;
+        let cases: [(&str, Want); 9] = [
+            ("photos/photo_0.jpg", Some((3, (0.5, 0.5)))),
+            ("valid/baseline_420.jpg", Some((3, (0.5, 0.5)))),
+            ("valid/progressive.jpg", Some((3, (0.5, 0.5)))),
+            ("valid/s422.jpg", Some((3, (0.5, 1.0)))),
+            ("valid/s444.jpg", Some((3, (1.0, 1.0)))),
+            ("valid/orient_6.jpg", Some((3, (1.0, 1.0)))),
+            ("valid/gray.jpg", Some((1, (1.0, 1.0)))),
+            // CMYK; smaller than the output (more pixels to convert after); a side over 4x.
+            ("valid/cmyk.jpg", None),
+            ("valid/odd_7x5.jpg", None),
+        ];
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+        for (name, want) in cases.into_iter().chain([("valid/wide_1200x40.jpg", None)]) {
+            let path = root.join(name);
+            let bytes = std::fs::read(&path).unwrap();
+            let d = with.decode(&bytes, &path, &geom, false, &gate).unwrap();
+            match (d.pixels, want) {
+                (Pixels::Planes(p), Some((count, ratio))) => {
+                    assert_eq!(p.count, count, "{name}");
+                    let r = if count == 3 { p.ratio[1] } else { p.ratio[0] };
+                    assert_eq!(r, ratio, "{name}");
+                    assert_eq!(p.size[0], (d.width as usize, d.height as usize), "{name}");
+                }
+                (Pixels::Rgb(_), None) => {}
+                (_, want) => panic!("{name}: expected planes {want:?}"),
+            }
+            let mut a = vec![0u8; geom.sample_len()];
+            let mut b = vec![0u8; geom.sample_len()];
+            with.decode_resize(&bytes, &path, &geom, false, &gate, &mut a)
+                .unwrap();
+            without
+                .decode_resize(&bytes, &path, &geom, false, &gate, &mut b)
+                .unwrap();
+            let mse = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+                .sum::<f64>()
+                / a.len() as f64;
+            let psnr = 10.0 * (255.0f64 * 255.0 / mse.max(1e-9)).log10();
+            assert!(psnr >= 40.0, "{name}: planes against RGB {psnr:.1} dB");
+        }
+    }
+
     #[test]
     fn issue_6_fifo_and_device_are_errors_not_hangs() {
         let dir = tempfile::tempdir().unwrap();
@@ -1015,6 +1289,7 @@ mod tests {
             check_extension: true,
             dct_scaling: true,
             jpeg_decoder: JpegDecoder::Auto,
+            planes: true,
             accept_jpeg_warnings: false,
         };
         let mut d = Decoder::new(settings);

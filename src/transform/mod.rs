@@ -2,11 +2,12 @@
 //! orientation, and — once, when the batcher writes a sample into the batch — normalize it to
 //! the output dtype and layout.
 
+mod color;
 mod resample;
 
 use half::{bf16, f16};
 
-use crate::decode::Decoded;
+use crate::decode::{Decoded, Pixels, Planes};
 
 /// How an image is fitted to the output size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -141,8 +142,9 @@ pub(crate) use resample::RETAINED_BYTES as RESIZE_RETAINED_BYTES;
 
 /// The version of the resize's arithmetic, recorded in caches: bump it whenever the same image
 /// and settings would give other `u8` samples, so caches of the old samples are rebuilt.
-/// (0: caches from before it was recorded, whose samples fast_image_resize made.)
-pub(crate) const RESAMPLER_VERSION: u8 = 1;
+/// (0: caches from before it was recorded, whose samples fast_image_resize made; 1: JPEGs
+/// resized as RGB after libjpeg-turbo's upsampling and colour conversion.)
+pub(crate) const RESAMPLER_VERSION: u8 = 2;
 
 /// A source axis longer than this (only a PNG can have one: JPEG sides stop at 65,535) is
 /// first averaged down by whole boxes to 16 times the output, so the filter taps, which grow
@@ -156,7 +158,8 @@ const RETAIN_REDUCED_BYTES: usize = 1 << 20;
 /// An upper bound of the memory resizing a `w`×`h` decoded image to `geom` takes besides the
 /// image itself: the resampler's intermediate (at most the larger of the source and the
 /// output, and at most one output side's rows of either pass), the box-reduced copy of an
-/// over-long source, and the filter taps.
+/// over-long source, the filter taps, the orientation copy and the resized planes of a JPEG
+/// decoded to planes (one output each).
 pub(crate) fn resize_working_set(w: u32, h: u32, geom: &Geometry) -> u64 {
     let (w, h) = (u64::from(w), u64::from(h));
     let side = u64::from(geom.width.max(geom.height));
@@ -171,7 +174,7 @@ pub(crate) fn resize_working_set(w: u32, h: u32, geom: &Geometry) -> u64 {
     // Taps: about 20 bytes a source pixel of each axis (weights, packed pairs, the planar
     // plan), the orientation copy and planes of one row.
     let taps = 20 * (w.min(u64::from(BOX_ABOVE)) + h.min(u64::from(BOX_ABOVE)));
-    tmp + reduced + taps + out
+    tmp + reduced + taps + 2 * out
 }
 
 /// A per-worker resizer with its scratch buffers.
@@ -181,6 +184,9 @@ pub(crate) struct Resizer {
     tmp: Vec<u8>,
     /// The box-averaged copy of a source with an axis over [`BOX_ABOVE`].
     reduced: Vec<u8>,
+    /// The resized planes of a JPEG decoded to planes, before colour conversion (one sample's
+    /// bytes).
+    planes: Vec<u8>,
 }
 
 impl Resizer {
@@ -232,10 +238,6 @@ impl Resizer {
         filter: ResizeFilter,
         out: &mut [u8],
     ) -> Result<(), String> {
-        if src.width == w && src.height == h {
-            out.copy_from_slice(src.rgb);
-            return Ok(());
-        }
         let (sw, sh) = (src.width, src.height);
         let region = Geometry {
             width: w,
@@ -246,6 +248,16 @@ impl Resizer {
         .covered_region(sw, sh, w, h);
         let within_2x = region.0 <= 2.0 * f64::from(w) && region.1 <= 2.0 * f64::from(h);
         let antialias = filter == ResizeFilter::Antialiased || !within_2x;
+        let rgb = match src.pixels {
+            Pixels::Rgb(rgb) => rgb,
+            Pixels::Planes(planes) => {
+                return self.resize_planes(&planes, (sw, sh), region, (w, h), antialias, out)
+            }
+        };
+        if src.width == w && src.height == h {
+            out.copy_from_slice(rgb);
+            return Ok(());
+        }
         // Whole boxes to average an over-long axis by (1: none).
         let factor = |len: u32, region: f64, out: u32| {
             if len > BOX_ABOVE && region > 16.0 * f64::from(out) {
@@ -257,19 +269,19 @@ impl Resizer {
         let (fx, fy) = (factor(sw, region.0, w), factor(sh, region.1, h));
         let mut reduced = std::mem::take(&mut self.reduced);
         let (rgb, rw, rh) = if fx > 1 || fy > 1 {
-            let (rw, rh) = box_reduce(src.rgb, sw as usize, sh as usize, fx, fy, &mut reduced);
+            let (rw, rh) = box_reduce(rgb, sw as usize, sh as usize, fx, fy, &mut reduced);
             (&reduced[..], rw, rh)
         } else {
-            (src.rgb, sw as usize, sh as usize)
+            (rgb, sw as usize, sh as usize)
         };
         let (fxf, fyf) = (fx as f64, fy as f64);
-        let source = resample::Source {
+        let source = resample::Source::rgb(
             rgb,
-            width: rw,
-            height: rh,
-            x: ((f64::from(sw) - region.0) / 2.0 / fxf, region.0 / fxf),
-            y: ((f64::from(sh) - region.1) / 2.0 / fyf, region.1 / fyf),
-        };
+            rw,
+            rh,
+            ((f64::from(sw) - region.0) / 2.0 / fxf, region.0 / fxf),
+            ((f64::from(sh) - region.1) / 2.0 / fyf, region.1 / fyf),
+        );
         let r = self
             .inner
             .resample(&source, w as usize, h as usize, antialias, out);
@@ -278,6 +290,62 @@ impl Resizer {
         }
         self.reduced = reduced;
         r
+    }
+
+    /// Resizes each plane of a JPEG decoded to planes (`sw`×`sh` pixels, of which `region`
+    /// is centred in the output) onto `w`×`h`, then converts the result to RGB8 in `out`.
+    /// Chroma samples sit at the centre of the pixels they cover (JFIF), so a plane with
+    /// `ratio` samples a pixel maps the same region scaled by `ratio`.
+    fn resize_planes(
+        &mut self,
+        planes: &Planes<'_>,
+        (sw, sh): (u32, u32),
+        region: (f64, f64),
+        (w, h): (u32, u32),
+        antialias: bool,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        let (w, h) = (w as usize, h as usize);
+        let n = w * h;
+        let mut planar = std::mem::take(&mut self.planes);
+        grow(&mut planar, 3 * n);
+        let mut r = Ok(());
+        for (i, plane_out) in planar.chunks_exact_mut(n).take(planes.count).enumerate() {
+            let (rx, ry) = planes.ratio[i];
+            let (pw, ph) = planes.size[i];
+            let source = resample::Source {
+                data: planes.data[i],
+                width: pw,
+                height: ph,
+                stride: planes.stride[i],
+                channels: 1,
+                x: ((f64::from(sw) - region.0) / 2.0 * rx, region.0 * rx),
+                y: ((f64::from(sh) - region.1) / 2.0 * ry, region.1 * ry),
+            };
+            r = self.inner.resample(&source, w, h, antialias, plane_out);
+            if r.is_err() {
+                break;
+            }
+        }
+        if r.is_ok() {
+            if planes.count == 3 {
+                let (y, rest) = planar.split_at(n);
+                let (cb, cr) = rest.split_at(n);
+                color::ycbcr_to_rgb(y, cb, &cr[..n], out);
+            } else {
+                color::gray_to_rgb(&planar[..n], out);
+            }
+        }
+        self.planes = planar;
+        r
+    }
+}
+
+/// Makes `buf` at least `len` bytes long, keeping what it holds (every byte is written before
+/// it is read).
+fn grow(buf: &mut Vec<u8>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0);
     }
 }
 
@@ -661,7 +729,7 @@ mod tests {
             .flat_map(|_| (0..w as usize).flat_map(|x| [(x * 255 / 69_999) as u8, 7, 200]))
             .collect();
         let d = Decoded {
-            rgb: &rgb,
+            pixels: Pixels::Rgb(&rgb),
             width: w,
             height: h,
             orientation: 1,
@@ -670,13 +738,13 @@ mod tests {
         let mut r = Resizer::new();
         let mut out = vec![0u8; g.sample_len()];
         r.resize_orient(&d, &g, &mut out).unwrap();
-        let direct = resample::Source {
-            rgb: &rgb,
-            width: w as usize,
-            height: h as usize,
-            x: (0.0, f64::from(w)),
-            y: (0.0, f64::from(h)),
-        };
+        let direct = resample::Source::rgb(
+            &rgb,
+            w as usize,
+            h as usize,
+            (0.0, f64::from(w)),
+            (0.0, f64::from(h)),
+        );
         let mut want = vec![0u8; g.sample_len()];
         resample::Resampler::new()
             .resample(&direct, 160, 160, true, &mut want)
@@ -754,7 +822,7 @@ mod tests {
         let mut g = geom(size, size, ResizeMode::Stretch);
         g.filter = filter;
         let decoded = Decoded {
-            rgb: src,
+            pixels: Pixels::Rgb(src),
             width: sw,
             height: sh,
             orientation: 1,

@@ -333,14 +333,38 @@ impl Default for Resampler {
     }
 }
 
-/// What to resample: a `width`×`height` RGB8 image and the part of it that maps onto the
-/// output (`x`, `y`: offset and length along each axis, fractional for a centre crop).
+/// What to resample: a `width`×`height` image of `channels` interleaved 8-bit channels (3: RGB,
+/// 1: one plane), `stride` bytes a row, and the part of it that maps onto the output (`x`,
+/// `y`: offset and length along each axis, fractional for a centre crop).
 pub(crate) struct Source<'a> {
-    pub(crate) rgb: &'a [u8],
+    pub(crate) data: &'a [u8],
     pub(crate) width: usize,
     pub(crate) height: usize,
+    pub(crate) stride: usize,
+    pub(crate) channels: usize,
     pub(crate) x: (f64, f64),
     pub(crate) y: (f64, f64),
+}
+
+impl<'a> Source<'a> {
+    /// A whole RGB8 image, rows packed, to be resampled in its `x` and `y` regions.
+    pub(crate) fn rgb(
+        data: &'a [u8],
+        width: usize,
+        height: usize,
+        x: (f64, f64),
+        y: (f64, f64),
+    ) -> Self {
+        Source {
+            data,
+            width,
+            height,
+            stride: width * 3,
+            channels: 3,
+            x,
+            y,
+        }
+    }
 }
 
 impl Resampler {
@@ -379,7 +403,8 @@ impl Resampler {
         }
     }
 
-    /// Resamples `src` onto `dst_w`×`dst_h` RGB8 pixels in `out` (`dst_w * dst_h * 3` bytes).
+    /// Resamples `src` onto `dst_w`×`dst_h` pixels of its channels in `out`
+    /// (`dst_w * dst_h * src.channels` bytes, rows packed).
     pub(crate) fn resample(
         &mut self,
         src: &Source<'_>,
@@ -388,16 +413,21 @@ impl Resampler {
         antialias: bool,
         out: &mut [u8],
     ) -> Result<(), String> {
-        let (sw, sh) = (src.width, src.height);
+        let (sw, sh, ch) = (src.width, src.height, src.channels);
         if sw == 0 || sh == 0 || dst_w == 0 || dst_h == 0 {
             return Err(format!(
                 "resize: cannot resize {sw}x{sh} to {dst_w}x{dst_h}"
             ));
         }
-        if src.rgb.len() < sw * sh * 3 || out.len() != dst_w * dst_h * 3 {
+        if !matches!(ch, 1 | 3)
+            || src.stride < sw * ch
+            || src.data.len() < (sh - 1) * src.stride + sw * ch
+            || out.len() != dst_w * dst_h * ch
+        {
             return Err(format!(
-                "resize: {} bytes for a {sw}x{sh} image, {} for {dst_w}x{dst_h}",
-                src.rgb.len(),
+                "resize: {} bytes ({} a row) for a {sw}x{sh} image of {ch} channels, {} for {dst_w}x{dst_h}",
+                src.data.len(),
+                src.stride,
                 out.len()
             ));
         }
@@ -411,28 +441,23 @@ impl Resampler {
         // Vertical first, unless that intermediate would outgrow both the source span and the
         // output (upscaling a wide, short image): then horizontal first.
         if dst_h * span_w <= (span_h * span_w).max(dst_h * dst_w) {
-            let stride = span_w * 3;
+            let stride = span_w * ch;
             // Every row is overwritten below: only grow (zeroing once), never clear.
             grow(&mut tmp, dst_h * stride + PAD);
             for (y, row) in tmp.chunks_exact_mut(stride).take(dst_h).enumerate() {
-                offsets(&mut self.row_offsets, &rows, y, sh, sw * 3, x0 * 3);
-                vertical(src.rgb, &self.row_offsets, rows.weights(y), row, simd);
+                offsets(&mut self.row_offsets, &rows, y, sh, src.stride, x0 * ch);
+                vertical(src.data, &self.row_offsets, rows.weights(y), row, simd);
             }
-            for (y, row) in out.chunks_exact_mut(dst_w * 3).enumerate() {
-                horizontal(&tmp[y * stride..], &cols, x0, row, simd, &mut self.planes);
+            for (y, row) in out.chunks_exact_mut(dst_w * ch).enumerate() {
+                let row_in = &tmp[y * stride..];
+                horizontal(row_in, &cols, x0, row, simd, &mut self.planes, ch);
             }
         } else {
-            let stride = dst_w * 3;
+            let stride = dst_w * ch;
             grow(&mut tmp, span_h * stride);
             for (y, row) in tmp.chunks_exact_mut(stride).take(span_h).enumerate() {
-                horizontal(
-                    &src.rgb[(y0 + y) * sw * 3..],
-                    &cols,
-                    0,
-                    row,
-                    simd,
-                    &mut self.planes,
-                );
+                let row_in = &src.data[(y0 + y) * src.stride..];
+                horizontal(row_in, &cols, 0, row, simd, &mut self.planes, ch);
             }
             for (y, row) in out.chunks_exact_mut(stride).enumerate() {
                 offsets(&mut self.row_offsets, &rows, y, sh, stride, 0);
@@ -562,9 +587,9 @@ fn vertical(src: &[u8], offsets: &[usize], w: &[i16], out: &mut [u8], kernels: K
     }
 }
 
-/// One output row of the horizontal pass over `src` (a row of pixels whose first is source
-/// column `first`; the slice may run on past the row). `planes` is scratch for the planar
-/// kernel.
+/// One output row of the horizontal pass over `src` (a row of pixels of `channels` channels,
+/// 3 or 1, whose first is source column `first`; the slice may run on past the row). `planes`
+/// is scratch for the planar kernel.
 fn horizontal(
     src: &[u8],
     cols: &Taps,
@@ -572,13 +597,30 @@ fn horizontal(
     out: &mut [u8],
     kernels: Kernels,
     planes: &mut Vec<u8>,
+    channels: usize,
 ) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if kernels != Kernels::Portable {
         let plan = &cols.planar;
         let from = plan.origin.wrapping_sub(first);
-        if plan.p != 0 && plan.origin >= first && (from + plan.len) * 3 <= src.len() {
+        if channels == 1 {
+            if plan.p != 0 && plan.origin >= first && from + plan.len <= src.len() {
+                // One plane already: the kernel reads it where it lies, or from a padded copy
+                // where its last loads would pass the end of `src`.
+                let row = if from + plan.reach <= src.len() {
+                    &src[from..]
+                } else {
+                    grow(planes, plan.reach.max(plan.len));
+                    planes[..plan.len].copy_from_slice(&src[from..from + plan.len]);
+                    &planes[..]
+                };
+                // SAFETY: SIMD kernels are only chosen where AVX2 was detected at run time.
+                if unsafe { avx2::horizontal_plane(row, plan, out) } {
+                    return;
+                }
+            }
+        } else if plan.p != 0 && plan.origin >= first && (from + plan.len) * 3 <= src.len() {
             // Three planes of the pixels the taps read, each padded so that every 16-byte
             // load stays inside it.
             let stride = plan.len + 32;
@@ -592,24 +634,26 @@ fn horizontal(
                 return;
             }
         }
-        // SAFETY: SIMD kernels are only chosen where AVX2 was detected at run time.
-        done = unsafe { avx2::horizontal(src, cols, first, out) };
+        if channels == 3 {
+            // SAFETY: SIMD kernels are only chosen where AVX2 was detected at run time.
+            done = unsafe { avx2::horizontal(src, cols, first, out) };
+        }
     }
     let _ = (kernels, planes);
-    for (x, px) in out.chunks_exact_mut(3).enumerate().skip(done) {
+    for (x, px) in out.chunks_exact_mut(channels).enumerate().skip(done) {
         let base = cols.starts[x] - first;
         let mut acc = [0i32; 3];
         for (k, &w) in cols.weights(x).iter().enumerate() {
             if w == 0 {
                 continue; // a padding tap may lie past the source row
             }
-            let p = &src[(base + k) * 3..(base + k) * 3 + 3];
-            for c in 0..3 {
-                acc[c] += i32::from(w) * i32::from(p[c]);
+            let p = &src[(base + k) * channels..(base + k + 1) * channels];
+            for (a, &v) in acc.iter_mut().zip(p) {
+                *a += i32::from(w) * i32::from(v);
             }
         }
-        for c in 0..3 {
-            px[c] = to_u8(acc[c]);
+        for (o, &a) in px.iter_mut().zip(&acc) {
+            *o = to_u8(a);
         }
     }
 }
@@ -817,36 +861,63 @@ mod avx2 {
         plan: &Planar,
         out: &mut [u8],
     ) -> bool {
+        if planes.len() < 3 * stride || plan.reach > stride {
+            return false;
+        }
+        planar_dispatch::<3>(planes, stride, plan, out)
+    }
+
+    /// The horizontal pass over one plane's row (from the plan's `origin`, at least
+    /// `plan.reach` bytes), written into `out` (at most as many bytes as the plan has
+    /// outputs). `false`, writing nothing, if the plan and the row do not fit each other.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn horizontal_plane(row: &[u8], plan: &Planar, out: &mut [u8]) -> bool {
+        if plan.reach > row.len() {
+            return false;
+        }
+        planar_dispatch::<1>(row, row.len(), plan, out)
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn planar_dispatch<const CH: usize>(
+        planes: &[u8],
+        stride: usize,
+        plan: &Planar,
+        out: &mut [u8],
+    ) -> bool {
         let fits = |regs: usize| {
-            plan.bases.len() >= (out.len() / 3).div_ceil(16) * 2 * regs
+            plan.bases.len() >= (out.len() / CH).div_ceil(16) * 2 * regs
                 && plan.masks.len() == plan.bases.len() * 32
                 && plan.weights.len() == plan.bases.len() * 16
-                && planes.len() >= 3 * stride
-                && plan.reach <= stride
         };
         match plan.p {
-            2 if fits(1) => planar_n::<2>(planes, stride, plan, out),
-            4 if fits(2) => planar_n::<4>(planes, stride, plan, out),
-            8 if fits(4) => planar_n::<8>(planes, stride, plan, out),
+            2 if fits(1) => planar_n::<2, CH>(planes, stride, plan, out),
+            4 if fits(2) => planar_n::<4, CH>(planes, stride, plan, out),
+            8 if fits(4) => planar_n::<8, CH>(planes, stride, plan, out),
             _ => return false,
         }
         true
     }
 
-    /// [`horizontal_planar`] for `P` slots per output.
+    /// [`planar_dispatch`] for `P` slots per output and `CH` planes (3: written interleaved,
+    /// 1: written as they are).
     #[target_feature(enable = "avx2")]
-    fn planar_n<const P: usize>(planes: &[u8], stride: usize, plan: &Planar, out: &mut [u8]) {
+    fn planar_n<const P: usize, const CH: usize>(
+        planes: &[u8],
+        stride: usize,
+        plan: &Planar,
+        out: &mut [u8],
+    ) {
         // Registers per group of 8 outputs.
         let regs = P / 2;
-        let pixels = out.len() / 3;
+        let pixels = out.len() / CH;
         let chunks = pixels.div_ceil(16);
-        let out = &mut out[..pixels * 3];
+        let out = &mut out[..pixels * CH];
         let half = _mm256_set1_epi32(HALF);
-        let plane = |ch: usize| planes[ch * stride..].as_ptr();
-        let planes_at = [plane(0), plane(1), plane(2)];
+        let planes_at: [*const u8; CH] = std::array::from_fn(|ch| planes[ch * stride..].as_ptr());
         // The 8 sums of group `g`, per channel, rounded (in the order the combine leaves).
         let group = |g: usize| {
-            let mut acc = [[_mm256_setzero_si256(); 4]; 3];
+            let mut acc = [[_mm256_setzero_si256(); 4]; CH];
             // `r` indexes both the plan and the accumulators.
             #[allow(clippy::needless_range_loop)]
             for r in 0..regs {
@@ -858,7 +929,7 @@ mod avx2 {
                     let m = _mm256_loadu_si256(plan.masks.as_ptr().add(i * 32).cast());
                     let w = _mm256_loadu_si256(plan.weights.as_ptr().add(i * 16).cast());
                     let base = *plan.bases.get_unchecked(i) as usize;
-                    for ch in 0..3 {
+                    for ch in 0..CH {
                         let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(
                             planes_at[ch].add(base).cast(),
                         ));
@@ -904,6 +975,24 @@ mod avx2 {
             };
             _mm_packus_epi16(lo, hi)
         };
+        if CH == 1 {
+            for c in 0..chunks {
+                let (g0, g1) = (group(2 * c), group(2 * c + 1));
+                let v = bytes(g0[0], g1[0]);
+                let dst = &mut out[c * 16..];
+                if dst.len() >= 16 {
+                    // SAFETY: 16 bytes fit in dst.
+                    unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), v) };
+                } else {
+                    let mut tmp = [0u8; 16];
+                    // SAFETY: tmp is 16 bytes.
+                    unsafe { _mm_storeu_si128(tmp.as_mut_ptr().cast(), v) };
+                    let n = dst.len();
+                    dst.copy_from_slice(&tmp[..n]);
+                }
+            }
+            return;
+        }
         for c in 0..chunks {
             let (g0, g1) = (group(2 * c), group(2 * c + 1));
             let px = [
@@ -1183,13 +1272,7 @@ mod tests {
         } else {
             ((0.0, sw as f64), (0.0, sh as f64))
         };
-        let s = Source {
-            rgb: src,
-            width: sw,
-            height: sh,
-            x,
-            y,
-        };
+        let s = Source::rgb(src, sw, sh, x, y);
         let mut out = vec![0u8; dw * dh * 3];
         r.resample(&s, dw, dh, aa, &mut out).expect("resample");
         out
@@ -1335,6 +1418,80 @@ mod tests {
                 let fast = run(&mut Resampler::with_kernels(k), &src, (sw, sh), crop, (dw, dh), aa);
                 prop_assert_eq!(&fast, &portable, "{:?}", k);
             }
+        }
+    }
+
+    /// Resamples channel `c` of the RGB image `src` as one plane, `stride` bytes a row (the
+    /// bytes past each row's pixels are noise).
+    fn run_plane(
+        r: &mut Resampler,
+        src: &[u8],
+        (sw, sh): (usize, usize),
+        c: usize,
+        stride: usize,
+        (dw, dh): (usize, usize),
+        aa: bool,
+    ) -> Vec<u8> {
+        let mut plane = image(stride, sh, 99)[..stride * sh].to_vec();
+        for y in 0..sh {
+            for x in 0..sw {
+                plane[y * stride + x] = src[(y * sw + x) * 3 + c];
+            }
+        }
+        let s = Source {
+            data: &plane[..(sh - 1) * stride + sw],
+            width: sw,
+            height: sh,
+            stride,
+            channels: 1,
+            x: (0.0, sw as f64),
+            y: (0.0, sh as f64),
+        };
+        let mut out = vec![0u8; dw * dh];
+        r.resample(&s, dw, dh, aa, &mut out).expect("resample");
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// A plane resamples to exactly its channel of the RGB resample, with every kernel,
+        /// whatever its row padding: the same taps, the same integers.
+        #[test]
+        fn a_plane_resamples_as_its_channel_of_rgb(
+            sw in 1usize..700, sh in 1usize..400, dw in 1usize..200, dh in 1usize..200,
+            pad in 0usize..40, c in 0usize..3, aa: bool, seed: u32,
+        ) {
+            let src = image(sw, sh, seed);
+            let rgb = run(&mut Resampler::portable(), &src, (sw, sh), false, (dw, dh), aa);
+            let want: Vec<u8> = rgb.chunks_exact(3).map(|p| p[c]).collect();
+            for k in [Kernels::Portable, Kernels::Avx2, Kernels::Avx512] {
+                let mut r = Resampler::with_kernels(k);
+                let got = run_plane(&mut r, &src, (sw, sh), c, sw + pad, (dw, dh), aa);
+                prop_assert_eq!(&got, &want, "{:?}", k);
+            }
+        }
+    }
+
+    #[test]
+    fn the_one_plane_kernel_takes_the_usual_scales() {
+        // As `simd_kernels_cover_whole_rows`, for the planes of a JPEG decoded to planes:
+        // luma 250 -> 160 and 4:2:0 chroma 125 -> 160, a row at a time where it lies.
+        if !simd_available() {
+            eprintln!("skipped: this CPU has no AVX2");
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        for sw in [250, 125, 360] {
+            let key = (sw, 160, 0f64.to_bits(), (sw as f64).to_bits(), true, 4);
+            let cols = Taps::new(key);
+            assert_ne!(cols.planar.p, 0, "{sw} -> 160 planned");
+            let row = image(sw + 64, 1, 3);
+            let mut out = vec![0u8; 160];
+            // SAFETY: AVX2 is present (checked above).
+            let done = unsafe {
+                avx2::horizontal_plane(&row[cols.planar.origin..], &cols.planar, &mut out)
+            };
+            assert!(done, "{sw} -> 160 by the planar kernel");
         }
     }
 
