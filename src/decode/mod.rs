@@ -1,5 +1,5 @@
-//! The decode stage: file bytes to an RGB8 image, then resized and oriented into a `u8`
-//! sample.
+//! The decode stage: file bytes to pixels (interleaved RGB8, or a JPEG's own Y/Cb/Cr or grey
+//! planes), then resized, converted to RGB and oriented into a `u8` sample.
 //!
 //! - The format comes from the file's magic bytes; a `.jpg`/`.jpeg` file must hold JPEG data
 //!   and a `.png` file PNG data (a PNG or HTML page saved as `.jpg` is a broken file, not an
@@ -10,6 +10,12 @@
 //!   scale (1/2, 1/4, 1/8) whose output still covers the target size on **both** axes, or with
 //!   the pure-Rust zune-jpeg in strict mode. A truncated or corrupt JPEG is an error, never an
 //!   image padded with grey rows.
+//! - With DCT scaling on, a YCbCr or greyscale JPEG whose decoded frame is no smaller than the
+//!   target and within 4× of it on each axis decodes to its planes (libjpeg-turbo skips its
+//!   chroma upsampling and colour conversion), each plane is resized on its own and the
+//!   target-sized result is converted to RGB, so colour conversion costs the output's pixels,
+//!   not the frame's. Other JPEGs (CMYK, YCCK, RGB-coded, lossless, smaller than the target)
+//!   decode to RGB.
 //! - EXIF orientation is applied after the resize (it commutes with a stretch or a centre crop
 //!   when the target axes are swapped), so transposing costs 160×160 pixels, not the full frame.
 //!
