@@ -265,12 +265,7 @@ fn compare(
         {
             continue;
         }
-        let mse = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-            .sum::<f64>()
-            / a.len() as f64;
+        let mse = mean_squared_error(&a, &b);
         let psnr = if mse == 0.0 {
             99.0
         } else {
@@ -295,6 +290,15 @@ fn compare(
         },
         min_psnr_db: if images > 0 { min } else { 0.0 },
     })
+}
+
+/// The mean squared difference of two equally long `u8` buffers.
+pub(crate) fn mean_squared_error(a: &[u8], b: &[u8]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+        .sum::<f64>()
+        / a.len().max(1) as f64
 }
 
 #[cfg(test)]

@@ -1267,12 +1267,7 @@ mod tests {
             without
                 .decode_resize(&bytes, &path, &geom, false, &gate, &mut b)
                 .unwrap();
-            let mse = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-                .sum::<f64>()
-                / a.len() as f64;
+            let mse = crate::floor::mean_squared_error(&a, &b);
             let psnr = 10.0 * (255.0f64 * 255.0 / mse.max(1e-9)).log10();
             assert!(psnr >= 40.0, "{name}: planes against RGB {psnr:.1} dB");
         }
