@@ -237,6 +237,12 @@ pub fn normalize_batch(
     out.as_bytes().len()
 }
 
+/// The vector kernels the resize and normalize run in this process: `"avx512"`, `"avx2"` or
+/// `"portable"` (AVX-512 by default on AMD CPUs only; `IMAGEFEED_AVX512=on|off` overrides).
+pub fn simd_kernels() -> &'static str {
+    crate::transform::simd::kernels_name()
+}
+
 /// Pushes `n` items through a shuffle buffer of `capacity` and drains it; returns a checksum.
 pub fn shuffle_buffer(n: u32, capacity: usize, seed: u64) -> u64 {
     let mut b =

@@ -562,10 +562,11 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     let budget = loader.memory_budget();
     if !a.json {
         eprintln!(
-            "imagefeed: {} samples, {} decode threads, batch {}, memory budget {budget}",
+            "imagefeed: {} samples, {} decode threads, batch {}, {} resize/normalize kernels, memory budget {budget}",
             loader.len(),
             loader.decode_threads(),
-            a.batch_size
+            a.batch_size,
+            imagefeed::fuzzing::simd_kernels()
         );
     }
     let resume: Option<LoaderState> = match &a.resume_from {
@@ -675,6 +676,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "decode_seconds": s.decode.as_secs_f64(),
             "resize_seconds": s.resize.as_secs_f64(),
             "batch_write_seconds": s.batch_write.as_secs_f64(),
+            "kernels": imagefeed::fuzzing::simd_kernels(),
         });
         if let Device::Cuda(n) = loader.device() {
             gpu_report(&mut report, n, &s, device_wait, a.json);

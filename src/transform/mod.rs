@@ -4,6 +4,7 @@
 
 mod color;
 mod resample;
+pub(crate) mod simd;
 
 use half::{bf16, f16};
 
@@ -460,8 +461,8 @@ impl Normalizer {
     fn write_f32(&self, sample: &[u8], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: AVX-512F is present (checked just above).
+            if simd::avx512_enabled() {
+                // SAFETY: AVX-512F is present (`avx512_enabled` checks it).
                 return unsafe { self.write_f32_avx512(sample, out) };
             }
             if std::arch::is_x86_feature_detected!("avx2") {

@@ -15,13 +15,16 @@
 //!   one `pshufb` (see [`Planar`]), and interleaved again on the way out: 11.4 instead of 16.1
 //!   instructions an output pixel for 250×188 → 160×160 (callgrind), where interleaved RGB left a
 //!   quarter of every `madd` unused. Windows over 8 pixels use the interleaved kernel.
-//! - **AVX2 kernels picked at run time**, and a portable kernel computing the same integers
-//!   (the tests check them equal on random images and sizes).
+//! - **AVX2 kernels picked at run time** (a 64-byte AVX-512 vertical pass where
+//!   [`simd::avx512_enabled`]), and a portable kernel computing the same integers (the tests
+//!   check them equal on random images and sizes).
 //!
 //! The filter is Pillow's `BILINEAR` (a triangle widened by the scale factor when
 //! downscaling, so every source pixel contributes), or with `antialias` off the plain two-tap
 //! bilinear interpolation of `tf.image.resize`. Weights are rounded to 14 bits and sum to
 //! exactly 1, so a flat image stays flat.
+
+use super::simd;
 
 /// Fraction bits of the fixed-point weights.
 const BITS: u32 = 14;
@@ -389,7 +392,7 @@ impl Resampler {
     /// The same resampler with `kernels`, or the best this CPU has if it lacks them (tests).
     #[cfg(test)]
     pub(crate) fn with_kernels(kernels: Kernels) -> Self {
-        let best = kernels_available();
+        let best = kernels_supported();
         let rank = |k| match k {
             Kernels::Portable => 0,
             Kernels::Avx2 => 1,
@@ -539,22 +542,27 @@ fn offsets(out: &mut Vec<usize>, rows: &Taps, y: usize, src_h: usize, stride: us
 
 #[cfg(test)]
 fn simd_available() -> bool {
-    kernels_available() != Kernels::Portable
+    kernels_supported() != Kernels::Portable
 }
 
+/// The kernels a new [`Resampler`] runs: the best this CPU has, AVX-512 only where
+/// [`simd::avx512_enabled`] (see there why not always).
 fn kernels_available() -> Kernels {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx2")
-        {
-            return Kernels::Avx512;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            return Kernels::Avx2;
-        }
+    match kernels_supported() {
+        Kernels::Avx512 if !simd::avx512_enabled() => Kernels::Avx2,
+        k => k,
     }
-    Kernels::Portable
+}
+
+/// The best kernels this CPU can run (the tests check each against the others).
+fn kernels_supported() -> Kernels {
+    if simd::avx512_supported() {
+        Kernels::Avx512
+    } else if simd::avx2_supported() {
+        Kernels::Avx2
+    } else {
+        Kernels::Portable
+    }
 }
 
 #[inline]
@@ -1524,7 +1532,7 @@ mod tests {
                 // SAFETY: AVX2 is present (checked above).
                 let done = unsafe { avx2::vertical(&src, &offs, rows.weights(y), row) };
                 assert_eq!(done, sw * 3, "vertical row {y}");
-                if kernels_available() == Kernels::Avx512 {
+                if kernels_supported() == Kernels::Avx512 {
                     let mut wide = vec![0u8; row.len()];
                     // SAFETY: AVX-512BW is present (checked just above).
                     let done = unsafe { avx512::vertical(&src, &offs, rows.weights(y), &mut wide) };
