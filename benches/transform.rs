@@ -1,7 +1,7 @@
 //! Resize and normalize, per image: 500×375 and 250×188 (a 500×375 JPEG at DCT scale 1/2) →
-//! 160×160 with each filter (a fresh resizer per call, and one kept between calls), the same
-//! antialiased resize with fast_image_resize as the baseline, and writing a 64-image batch in
-//! each dtype and layout, on one thread and on two.
+//! 160×160 with each filter (a fresh resizer per call, one kept between calls, and one kept
+//! but fed a new size each call), the same antialiased resize with fast_image_resize as the
+//! baseline, and writing a 64-image batch in each dtype and layout, on one thread and on two.
 //! `cargo bench --bench transform`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -43,6 +43,30 @@ fn transform(c: &mut Criterion) {
         let mut resizer = fuzzing::BenchResizer::new();
         g.bench_function(id, |b| {
             b.iter(|| {
+                black_box(resizer.resize(
+                    black_box(px),
+                    w,
+                    h,
+                    160,
+                    ResizeFilter::Antialiased,
+                    &mut out,
+                ))
+            })
+        });
+    }
+    // A kept resizer over sources of 16 sizes in turn (250x188 down to 235x173): more sizes
+    // than it keeps taps for, so every call rebuilds both axes' taps in place, as on a
+    // dataset whose images all differ in size. Against `Antialiased_same_size`, the cost of
+    // building taps.
+    {
+        let id = BenchmarkId::new("Antialiased_new_sizes", "250x188_to_160");
+        let mut resizer = fuzzing::BenchResizer::new();
+        let mut i = 0u32;
+        g.bench_function(id, |b| {
+            b.iter(|| {
+                i = (i + 1) % 16;
+                let (w, h) = (250 - i, 188 - i);
+                let px = &half[..(w * h * 3) as usize];
                 black_box(resizer.resize(
                     black_box(px),
                     w,
