@@ -670,8 +670,9 @@ fn horizontal(
 
 /// The vertical pass with AVX-512BW: [`avx2::vertical`]'s arithmetic on 64 bytes a step
 /// (the same unpacks, `madd`s and packs, each within its 128-bit lane, so the same bytes in
-/// the same order). Where it runs (Zen 4 and later, Ice Lake and later) it takes the
-/// vertical pass from about 2.7% of a cold epoch to about half that.
+/// the same order). On an AMD EPYC (Zen 4) it took the vertical pass from about 2.7% of a cold
+/// epoch to about half that; on an Intel Xeon (Ice Lake) it and the AVX2 kernels after it ran
+/// slower, so it runs where `simd::avx512_enabled` says (AMD CPUs by default).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
