@@ -54,6 +54,19 @@ pub(crate) fn sniff(b: &[u8]) -> Format {
     }
 }
 
+/// The format whose signature `b` starts but stops short of (a JPEG or PNG file cut within
+/// its first bytes: `FF D8`, or `89 50 4E`), if any.
+pub(crate) fn cut_in_signature(b: &[u8]) -> Option<Format> {
+    const SIGNATURES: [(&[u8], Format); 2] = [
+        (&[0xFF, 0xD8, 0xFF], Format::Jpeg),
+        (b"\x89PNG\r\n\x1a\n", Format::Png),
+    ];
+    SIGNATURES
+        .iter()
+        .find(|(sig, _)| !b.is_empty() && b.len() < sig.len() && sig.starts_with(b))
+        .map(|&(_, f)| f)
+}
+
 fn looks_like_text(b: &[u8]) -> bool {
     let head = &b[..b.len().min(512)];
     if head.is_empty()
@@ -370,5 +383,23 @@ mod tests {
         assert_eq!(sniff(b"<!DOCTYPE html><html>404</html>"), Format::Text);
         assert_eq!(sniff(&[0xFF, 0xD8, 0xFF, 0xE0]), Format::Jpeg);
         assert_eq!(sniff(&[0x00, 0x01, 0x02, 0xF0, 0x00]), Format::Unknown);
+    }
+
+    #[test]
+    fn files_cut_inside_a_signature_are_told_apart() {
+        assert_eq!(cut_in_signature(&[0xFF]), Some(Format::Jpeg));
+        assert_eq!(cut_in_signature(&[0xFF, 0xD8]), Some(Format::Jpeg));
+        assert_eq!(cut_in_signature(b"\x89PNG\r\n"), Some(Format::Png));
+        // A whole signature, another start, or nothing at all is not a cut signature.
+        for b in [
+            &[0xFF, 0xD8, 0xFF][..],
+            &[0xFF, 0xD8, 0xFF, 0xE0],
+            b"\x89PNG\r\n\x1a\n",
+            &[0xFF, 0x00],
+            &[0xD8],
+            b"",
+        ] {
+            assert_eq!(cut_in_signature(b), None, "{b:?}");
+        }
     }
 }

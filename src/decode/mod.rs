@@ -500,6 +500,17 @@ impl Decoder {
         if bytes.is_empty() {
             return Err(fail(path, "empty file (0 bytes)"));
         }
+        if let Some(cut) = header::cut_in_signature(bytes) {
+            return Err(fail(
+                path,
+                format!(
+                    "truncated {} file: {} byte{}, ending inside its signature",
+                    cut.name(),
+                    bytes.len(),
+                    if bytes.len() == 1 { "" } else { "s" }
+                ),
+            ));
+        }
         let format = header::sniff(bytes);
         if self.settings.check_extension {
             check_extension(path, format)?;

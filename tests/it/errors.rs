@@ -329,6 +329,21 @@ fn issue_6_missing_directory_empty_and_unreadable_files() {
     std::fs::write(&empty, b"").unwrap();
     let e = expect_file_error(&empty, |b| b);
     assert!(contains_ci(&e.to_string(), "empty"), "{e}");
+    // Cut inside the first bytes: said to be truncated, not "unknown binary data".
+    for (name, bytes, format) in [
+        ("soi.jpg", &b"\xFF\xD8"[..], "JPEG"),
+        ("ff.jpg", &b"\xFF"[..], "JPEG"),
+        ("cut.png", &b"\x89PNG"[..], "PNG"),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        let e = expect_file_error(&p, |b| b);
+        let text = e.to_string();
+        assert!(
+            contains_ci(&text, &format!("truncated {format} file")),
+            "{text}"
+        );
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
