@@ -9,7 +9,9 @@
 //!   used where it keeps the intermediate smaller than both the source and the output (a
 //!   wide, short image), so the scratch never outgrows one of them.
 //! - **Weights kept between images.** They depend only on the source length, the output length
-//!   and the crop, and consecutive images in a dataset mostly share sizes.
+//!   and the crop, and consecutive images in a dataset mostly share sizes. Where they do not
+//!   (a corpus of many sizes rebuilds four sets an image), AVX2 builds them four outputs at a
+//!   time, to the same integers as the portable build.
 //! - **A planar horizontal pass.** With AVX2, each row of the intermediate is split into its
 //!   three colour planes, filtered plane by plane with the taps of several outputs gathered by
 //!   one `pshufb` (see [`Planar`]), and interleaved again on the way out: 11.4 instead of 16.1
@@ -69,9 +71,10 @@ struct Taps {
     key: Key,
     /// `width` weights per output pixel, zero where a window is shorter.
     weights: Vec<i16>,
-    /// The same weights as the AVX2 horizontal kernel multiplies by: per output and group of
-    /// four taps, the pairs (w0, w1) four times then (w2, w3) four times, each pair packed
-    /// into one `i32`. Empty unless `width` is a multiple of 4.
+    /// The same weights as the AVX2 interleaved horizontal kernel multiplies by: per output
+    /// and group of four taps, the pairs (w0, w1) four times then (w2, w3) four times, each
+    /// pair packed into one `i32`. Built on first use by that kernel ([`Taps::ensure_pairs`]):
+    /// a planes decode never needs them. Empty unless `width` is a multiple of 4.
     pairs: Vec<i32>,
     /// The first source index of each output's window, non-decreasing. Where the source has
     /// at least `width` pixels, `start + width <= src_len` (windows at the far edge are
@@ -82,6 +85,12 @@ struct Taps {
     /// Scratch of [`Taps::build`]: each output's centre and window, one window's weights.
     windows: Vec<(f64, usize, usize)>,
     scratch: Vec<f64>,
+    /// Scratch of the AVX2 build ([`avx2::build_taps`]): the outputs' centres, their windows'
+    /// first and end source pixels (padded to a multiple of 4 outputs), and four outputs'
+    /// rounded weights, tap by tap.
+    centers: Vec<f64>,
+    bounds: Vec<i32>,
+    quant: Vec<i32>,
     /// How the AVX2 planar horizontal kernel gathers these taps (built for horizontal taps
     /// only, those with a padding multiple of 4).
     planar: Planar,
@@ -134,8 +143,19 @@ impl Planar {
         let mut extent = 1;
         let mut end = 0;
         for (w, &start) in weights.chunks_exact(width).zip(starts) {
-            let a = w.iter().position(|&v| v != 0).unwrap_or(0);
-            let b = w.iter().rposition(|&v| v != 0).unwrap_or(0);
+            // The first and last nonzero weights (the window is never all zero).
+            let (mut a, mut b) = (0, 0);
+            while a < width && w[a] == 0 {
+                a += 1;
+            }
+            if a == width {
+                a = 0;
+            } else {
+                b = width - 1;
+                while w[b] == 0 {
+                    b -= 1;
+                }
+            }
             extent = extent.max(b + 1 - a);
             end = end.max(start + b + 1);
             self.first.push(start + a);
@@ -157,7 +177,10 @@ impl Planar {
             let base = self.first.get(outputs.clone()).and_then(|f| f.iter().min());
             let base = base.map_or(0, |&b| b - origin);
             for (i, x) in outputs.enumerate() {
-                let (lane, slot) = (i / per_lane, (i % per_lane) * p);
+                // Output i of the register: lane i / per_lane, slot (i % per_lane) * p
+                // (i < 2 * per_lane; no division in this loop).
+                let lane = usize::from(i >= per_lane);
+                let slot = (i - lane * per_lane) * p;
                 let a = self.first[x] - starts[x];
                 for j in 0..p.min(width - a) {
                     let w = weights[x * width + a + j];
@@ -195,22 +218,76 @@ type Key = (usize, usize, u64, u64, bool, usize);
 
 impl Taps {
     /// Taps for resampling the `region` source pixels starting at `offset` (fractional, for a
-    /// centre crop) out of `src_len` onto `dst_len` pixels.
+    /// centre crop) out of `src_len` onto `dst_len` pixels, built the way a resampler on this
+    /// CPU builds them, pairs included.
     #[cfg(test)]
     fn new(key: Key) -> Taps {
+        Taps::built_with(key, kernels_supported() != Kernels::Portable)
+    }
+
+    /// [`Taps::new`] by the AVX2 build (where this CPU has it) or the portable one.
+    #[cfg(test)]
+    fn built_with(key: Key, simd: bool) -> Taps {
         let mut t = Taps::default();
-        t.build(key);
+        t.build(key, simd);
+        t.ensure_pairs();
         t
     }
 
-    /// Recomputes the taps for `key`, reusing this value's vectors.
-    fn build(&mut self, key: Key) {
+    /// Recomputes the taps for `key`, reusing this value's vectors; with `simd` (AVX2 detected)
+    /// four outputs at a time, to the same integers. Leaves [`Taps::pairs`] empty.
+    fn build(&mut self, key: Key, simd: bool) {
         let (src_len, dst_len, offset, region, antialias, multiple) = key;
         let (offset, region) = (f64::from_bits(offset), f64::from_bits(region));
         let scale = region / dst_len as f64;
         // The filter's stretch: downscaling widens the triangle so no source pixel is skipped.
         let stretch = if antialias { scale.max(1.0) } else { 1.0 };
         let (support, inv) = (stretch, 1.0 / stretch);
+        self.key = key;
+        self.pairs.clear();
+        // Every window bound the AVX2 build computes must fit an i32 lane.
+        let small = |v: f64| v.is_finite() && v.abs() < f64::from(1 << 30);
+        let mut done = false;
+        #[cfg(target_arch = "x86_64")]
+        if simd
+            && src_len < 1 << 30
+            && dst_len < 1 << 30
+            && [offset, region, support, offset + region + support + 1.0]
+                .into_iter()
+                .all(small)
+        {
+            let f = avx2::Filter {
+                offset,
+                scale,
+                support,
+                inv,
+            };
+            // SAFETY: `simd` is only set where AVX2 was detected at run time.
+            done = unsafe { avx2::build_taps(self, src_len, dst_len, multiple, f) };
+        }
+        let _ = (simd, small);
+        if !done {
+            self.build_portable(src_len, dst_len, multiple, offset, scale, support, inv);
+        }
+        if multiple == 4 {
+            self.planar.build(&self.weights, &self.starts, self.width);
+        } else {
+            self.planar.build(&[], &[], 0);
+        }
+    }
+
+    /// [`Taps::build`]'s weights, starts and width one output at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn build_portable(
+        &mut self,
+        src_len: usize,
+        dst_len: usize,
+        multiple: usize,
+        offset: f64,
+        scale: f64,
+        support: f64,
+        inv: f64,
+    ) {
         // Each output's centre and window [lo, hi) (Pillow's bounds). Casts truncate values
         // already clamped to be non-negative, i.e. they floor.
         self.windows.clear();
@@ -222,7 +299,6 @@ impl Taps {
         }));
         let longest = self.windows.iter().map(|w| w.2 - w.1).max().unwrap_or(1);
         let width = longest.div_ceil(multiple) * multiple;
-        self.key = key;
         self.width = width;
         self.weights.clear();
         self.weights.resize(dst_len * width, 0);
@@ -243,11 +319,7 @@ impl Taps {
                 w[0] = 1.0;
                 total = 1.0;
             }
-            let start = if src_len >= width {
-                lo.min(src_len - width)
-            } else {
-                0
-            };
+            let start = window_start(lo, src_len, width);
             let shift = lo - start;
             let q = &mut out[shift..shift + w.len()];
             let unit = f64::from(ONE) / total;
@@ -264,19 +336,19 @@ impl Taps {
             q[big] = (i32::from(q[big]) + ONE - sum) as i16;
             self.starts.push(start);
         }
-        self.pairs.clear();
-        if width % 4 == 0 {
-            self.pairs
-                .extend(self.weights.chunks_exact(4).flat_map(|w| {
-                    let (a, b) = (pack(w[0], w[1]), pack(w[2], w[3]));
-                    [a, a, a, a, b, b, b, b]
-                }));
+    }
+
+    /// Builds [`Taps::pairs`] if they are missing (the AVX2 interleaved horizontal kernel
+    /// reads them; without them it leaves the row to the portable loop).
+    fn ensure_pairs(&mut self) {
+        if !self.pairs.is_empty() || !self.width.is_multiple_of(4) {
+            return;
         }
-        if multiple == 4 {
-            self.planar.build(&self.weights, &self.starts, width);
-        } else {
-            self.planar.build(&[], &[], 0);
-        }
+        self.pairs
+            .extend(self.weights.chunks_exact(4).flat_map(|w| {
+                let (a, b) = (pack(w[0], w[1]), pack(w[2], w[3]));
+                [a, a, a, a, b, b, b, b]
+            }));
     }
 
     fn heap_bytes(&self) -> usize {
@@ -285,6 +357,9 @@ impl Taps {
             + self.starts.capacity() * 8
             + self.windows.capacity() * 24
             + self.scratch.capacity() * 8
+            + self.centers.capacity() * 8
+            + self.bounds.capacity() * 4
+            + self.quant.capacity() * 4
             + self.planar.heap_bytes()
     }
 
@@ -304,6 +379,17 @@ impl Taps {
     }
 }
 
+/// The first source pixel of an output's taps whose window starts at `lo`: `lo`, moved left
+/// where `width` taps from it would pass the end of the source (zero weights then lead).
+#[inline]
+fn window_start(lo: usize, src_len: usize, width: usize) -> usize {
+    if src_len >= width {
+        lo.min(src_len - width)
+    } else {
+        0
+    }
+}
+
 /// Two i16 weights as `madd` multiplies a pixel pair by: `a` in the low half.
 #[inline]
 fn pack(a: i16, b: i16) -> i32 {
@@ -314,7 +400,10 @@ fn pack(a: i16, b: i16) -> i32 {
 #[derive(Debug)]
 pub(crate) struct Resampler {
     /// Recently used taps, most recent first (both axes, at most [`CACHED_TAPS`]).
-    cache: Vec<Taps>,
+    /// Boxed, so moving an entry to the front moves pointers, not the 400-odd bytes of each
+    /// `Taps` (that memmove was 0.3% of a cold epoch on a corpus of many sizes).
+    #[allow(clippy::vec_box)]
+    cache: Vec<Box<Taps>>,
     tmp: Vec<u8>,
     row_offsets: Vec<usize>,
     /// One row as three colour planes, for the planar horizontal kernel.
@@ -436,12 +525,16 @@ impl Resampler {
                 out.len()
             ));
         }
-        let cols = taps(&mut self.cache, sw, dst_w, src.x, antialias, 4);
-        let rows = taps(&mut self.cache, sh, dst_h, src.y, antialias, 2);
+        let simd = self.kernels;
+        let vector = simd != Kernels::Portable;
+        let mut cols = taps(&mut self.cache, sw, dst_w, src.x, antialias, 4, vector);
+        let rows = taps(&mut self.cache, sh, dst_h, src.y, antialias, 2, vector);
+        if ch == 3 && vector {
+            cols.ensure_pairs();
+        }
         let (x0, x1) = cols.span(sw);
         let (y0, y1) = rows.span(sh);
         let (span_w, span_h) = (x1 - x0, y1 - y0);
-        let simd = self.kernels;
         let mut tmp = std::mem::take(&mut self.tmp);
         // Vertical first, unless that intermediate would outgrow both the source span and the
         // output (upscaling a wide, short image): then horizontal first.
@@ -502,14 +595,16 @@ fn grow(buf: &mut Vec<u8>, len: usize) {
 
 /// The cached taps for this axis, taken out of the cache (the caller puts them back in
 /// front), or new ones.
+#[allow(clippy::vec_box)] // see Resampler::cache
 fn taps(
-    cache: &mut Vec<Taps>,
+    cache: &mut Vec<Box<Taps>>,
     src_len: usize,
     dst_len: usize,
     (offset, region): (f64, f64),
     antialias: bool,
     multiple: usize,
-) -> Taps {
+    simd: bool,
+) -> Box<Taps> {
     let key = (
         src_len,
         dst_len,
@@ -526,9 +621,9 @@ fn taps(
     let mut t = if cache.len() + 1 >= CACHED_TAPS {
         cache.pop().unwrap_or_default()
     } else {
-        Taps::default()
+        Box::default()
     };
-    t.build(key);
+    t.build(key, simd);
     t
 }
 
@@ -757,7 +852,7 @@ mod avx512 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{pack, Planar, Taps, BITS, HALF};
+    use super::{pack, window_start, Planar, Taps, BITS, HALF, ONE};
 
     /// `pshufb` indices taking channel `ch` of 16 RGB pixels out of the `part`th 16 bytes of
     /// their 48 (0x80: a byte from another part).
@@ -1249,6 +1344,159 @@ mod avx2 {
         }
         x
     }
+
+    /// The filter of one axis, as [`Taps::build`] derives it from the key.
+    pub(super) struct Filter {
+        pub(super) offset: f64,
+        pub(super) scale: f64,
+        pub(super) support: f64,
+        pub(super) inv: f64,
+    }
+
+    /// [`Taps::build_portable`] four outputs at a time: each lane does that function's f64
+    /// operations in the same order (taps past a window add +0.0 to its total, which leaves
+    /// it unchanged), so the weights, starts and width are the same integers. The caller
+    /// checked every bound fits an `i32`. Returns false, having set nothing the portable
+    /// build does not set again, where a window has no weight (a centre outside the source,
+    /// which the portable build handles).
+    #[target_feature(enable = "avx2")]
+    pub(super) fn build_taps(
+        t: &mut Taps,
+        src_len: usize,
+        dst_len: usize,
+        multiple: usize,
+        f: Filter,
+    ) -> bool {
+        let n = dst_len.div_ceil(4) * 4;
+        t.centers.clear();
+        t.centers.resize(n, 0.0);
+        t.bounds.clear();
+        t.bounds.resize(2 * n, 0);
+        let (offset, scale) = (_mm256_set1_pd(f.offset), _mm256_set1_pd(f.scale));
+        let (support, inv) = (_mm256_set1_pd(f.support), _mm256_set1_pd(f.inv));
+        let (half, zero, one) = (
+            _mm256_set1_pd(0.5),
+            _mm256_setzero_pd(),
+            _mm256_set1_pd(1.0),
+        );
+        let last = _mm_set1_epi32(src_len as i32 - 1);
+        let end = _mm_set1_epi32(src_len as i32);
+        let outputs = _mm_set1_epi32(dst_len as i32);
+        let lanes = _mm_setr_epi32(0, 1, 2, 3);
+        let mut longest = _mm_set1_epi32(1);
+        // Each output's centre and window [lo, hi), as the portable build computes them.
+        for g in (0..n).step_by(4) {
+            let i = _mm_add_epi32(_mm_set1_epi32(g as i32), lanes);
+            let c = _mm256_add_pd(
+                offset,
+                _mm256_mul_pd(_mm256_add_pd(_mm256_cvtepi32_pd(i), half), scale),
+            );
+            let a = _mm256_max_pd(_mm256_add_pd(_mm256_sub_pd(c, support), half), zero);
+            let lo = _mm_min_epi32(_mm256_cvttpd_epi32(a), last);
+            let b = _mm256_max_pd(_mm256_add_pd(_mm256_add_pd(c, support), half), zero);
+            let hi = _mm_max_epi32(_mm256_cvttpd_epi32(b), _mm_add_epi32(lo, _mm_set1_epi32(1)));
+            let hi = _mm_min_epi32(hi, end);
+            // Outputs past dst_len (padding lanes) do not count towards the width.
+            let real = _mm_cmpgt_epi32(outputs, i);
+            longest = _mm_max_epi32(longest, _mm_and_si128(_mm_sub_epi32(hi, lo), real));
+            // SAFETY: g + 4 <= n, the length of centers and of each half of bounds.
+            unsafe {
+                _mm256_storeu_pd(t.centers.as_mut_ptr().add(g), c);
+                _mm_storeu_si128(t.bounds.as_mut_ptr().add(g).cast(), lo);
+                _mm_storeu_si128(t.bounds.as_mut_ptr().add(n + g).cast(), hi);
+            }
+        }
+        let mut most = [0i32; 4];
+        // SAFETY: most is 16 bytes.
+        unsafe { _mm_storeu_si128(most.as_mut_ptr().cast(), longest) };
+        let longest = most.into_iter().max().unwrap_or(1) as usize;
+        let width = longest.div_ceil(multiple) * multiple;
+        t.width = width;
+        t.weights.clear();
+        t.weights.resize(dst_len * width, 0);
+        t.starts.clear();
+        t.quant.clear();
+        t.quant.resize(4 * longest, 0);
+        let unit_one = _mm256_set1_pd(f64::from(ONE));
+        let sign = _mm256_set1_pd(-0.0);
+        for g in (0..n).step_by(4) {
+            // SAFETY: as above.
+            let (c, lo, hi) = unsafe {
+                (
+                    _mm256_loadu_pd(t.centers.as_ptr().add(g)),
+                    _mm_loadu_si128(t.bounds.as_ptr().add(g).cast()),
+                    _mm_loadu_si128(t.bounds.as_ptr().add(n + g).cast()),
+                )
+            };
+            let lens = _mm_sub_epi32(hi, lo);
+            let (lo_f, lens_f) = (_mm256_cvtepi32_pd(lo), _mm256_cvtepi32_pd(lens));
+            let (mut lo_a, mut len_a) = ([0i32; 4], [0i32; 4]);
+            // SAFETY: both arrays are 16 bytes.
+            unsafe {
+                _mm_storeu_si128(lo_a.as_mut_ptr().cast(), lo);
+                _mm_storeu_si128(len_a.as_mut_ptr().cast(), lens);
+            }
+            let real = (dst_len - g).min(4);
+            let taps = len_a[..real].iter().copied().max().unwrap_or(1) as usize;
+            // Tap j's weight in each lane, zero past the lane's window.
+            let weight = |j: usize| {
+                let jf = _mm256_set1_pd(j as f64);
+                let x = _mm256_mul_pd(
+                    _mm256_sub_pd(_mm256_add_pd(_mm256_add_pd(lo_f, jf), half), c),
+                    inv,
+                );
+                let w = _mm256_max_pd(_mm256_sub_pd(one, _mm256_andnot_pd(sign, x)), zero);
+                _mm256_and_pd(w, _mm256_cmp_pd::<_CMP_LT_OQ>(jf, lens_f))
+            };
+            let mut total = zero;
+            for j in 0..taps {
+                total = _mm256_add_pd(total, weight(j));
+            }
+            let mut totals = [0f64; 4];
+            // SAFETY: totals is 32 bytes.
+            unsafe { _mm256_storeu_pd(totals.as_mut_ptr(), total) };
+            if totals[..real].iter().any(|&v| v <= 0.0) {
+                return false;
+            }
+            let unit = _mm256_div_pd(unit_one, total);
+            let (mut sum, mut best, mut big) = (
+                _mm_setzero_si128(),
+                _mm_setzero_si128(),
+                _mm_setzero_si128(),
+            );
+            for j in 0..taps {
+                // Lanes past their window round 0.5 down to 0: no change to the sum or the
+                // largest weight (the first largest wins ties, as in the portable loop).
+                let q = _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_mul_pd(weight(j), unit), half));
+                sum = _mm_add_epi32(sum, q);
+                let more = _mm_cmpgt_epi32(q, best);
+                best = _mm_max_epi32(best, q);
+                big = _mm_blendv_epi8(big, _mm_set1_epi32(j as i32), more);
+                // SAFETY: 4 * j + 4 <= 4 * longest, quant's length.
+                unsafe { _mm_storeu_si128(t.quant.as_mut_ptr().add(4 * j).cast(), q) };
+            }
+            let (mut sum_a, mut big_a) = ([0i32; 4], [0i32; 4]);
+            // SAFETY: both arrays are 16 bytes.
+            unsafe {
+                _mm_storeu_si128(sum_a.as_mut_ptr().cast(), sum);
+                _mm_storeu_si128(big_a.as_mut_ptr().cast(), big);
+            }
+            for l in 0..real {
+                let (lo, len) = (lo_a[l] as usize, len_a[l] as usize);
+                let start = window_start(lo, src_len, width);
+                let shift = lo - start;
+                let out = &mut t.weights[(g + l) * width + shift..][..len];
+                for (j, w) in out.iter_mut().enumerate() {
+                    *w = t.quant[4 * j + l] as i16;
+                }
+                // Rounding may leave the sum off by a few units: the largest weight takes them.
+                let b = big_a[l] as usize;
+                out[b] = (i32::from(out[b]) + ONE - sum_a[l]) as i16;
+                t.starts.push(start);
+            }
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -1428,6 +1676,72 @@ mod tests {
             for k in [Kernels::Avx2, Kernels::Avx512] {
                 let fast = run(&mut Resampler::with_kernels(k), &src, (sw, sh), crop, (dw, dh), aa);
                 prop_assert_eq!(&fast, &portable, "{:?}", k);
+            }
+        }
+    }
+
+    /// The parts of two [`Taps`] the kernels read (not the builds' scratch).
+    fn same_taps(a: &Taps, b: &Taps) -> Result<(), TestCaseError> {
+        prop_assert_eq!(a.key, b.key);
+        prop_assert_eq!(a.width, b.width);
+        prop_assert_eq!(&a.starts, &b.starts);
+        prop_assert_eq!(&a.weights, &b.weights);
+        prop_assert_eq!(&a.pairs, &b.pairs);
+        prop_assert_eq!(&a.planar, &b.planar);
+        Ok(())
+    }
+
+    #[test]
+    fn simd_and_portable_taps_builds_agree_on_edge_cases() {
+        if !simd_available() {
+            eprintln!("skipped: this CPU has no AVX2");
+            return;
+        }
+        let whole = |s: usize| (0.0f64, s as f64);
+        let cases = [
+            // (src, dst, crop offset and length, multiple)
+            (250, 160, whole(250), 4),
+            (188, 160, whole(188), 2),
+            (125, 160, whole(125), 4),
+            (1, 1, whole(1), 2),
+            (1, 160, whole(1), 4),
+            (3, 7, whole(3), 4),
+            (160, 160, whole(160), 4),
+            (161, 160, whole(161), 2),
+            (60_000, 160, whole(60_000), 2),
+            (4000, 3, whole(4000), 4),
+            (500, 160, (62.5f64, 375.0f64), 4),
+            (375, 160, (0.0, 375.0), 2),
+            (333, 161, (0.25, 332.5), 4),
+        ];
+        for (src, dst, (offset, region), multiple) in cases {
+            for aa in [true, false] {
+                let key = (src, dst, offset.to_bits(), region.to_bits(), aa, multiple);
+                let (fast, portable) = (Taps::built_with(key, true), Taps::built_with(key, false));
+                same_taps(&fast, &portable).unwrap_or_else(|e| panic!("{key:?}: {e}"));
+                // Rebuilt in place from other taps, as the cache does: still the same.
+                let mut reused =
+                    Taps::built_with((997, 31, 0f64.to_bits(), 997f64.to_bits(), aa, 4), true);
+                reused.build(key, true);
+                reused.ensure_pairs();
+                same_taps(&reused, &portable).unwrap_or_else(|e| panic!("{key:?} reused: {e}"));
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// The AVX2 taps build gives the portable build's integers, for any sizes and crops.
+        #[test]
+        fn simd_and_portable_taps_builds_agree(
+            src in 1usize..5000, dst in 1usize..400, crop in 0.0f64..0.5, aa: bool, four: bool,
+        ) {
+            if simd_available() {
+                let offset = src as f64 * crop / 2.0;
+                let region = src as f64 - 2.0 * offset;
+                let multiple = if four { 4 } else { 2 };
+                let key = (src, dst, offset.to_bits(), region.to_bits(), aa, multiple);
+                same_taps(&Taps::built_with(key, true), &Taps::built_with(key, false))?;
             }
         }
     }
