@@ -229,7 +229,7 @@ impl Taps {
     #[cfg(test)]
     fn built_with(key: Key, simd: bool) -> Taps {
         let mut t = Taps::default();
-        t.build(key, simd);
+        t.build(key, simd && kernels_supported() != Kernels::Portable);
         t.ensure_pairs();
         t
     }
@@ -298,11 +298,7 @@ impl Taps {
             (center, lo, hi)
         }));
         let longest = self.windows.iter().map(|w| w.2 - w.1).max().unwrap_or(1);
-        let width = longest.div_ceil(multiple) * multiple;
-        self.width = width;
-        self.weights.clear();
-        self.weights.resize(dst_len * width, 0);
-        self.starts.clear();
+        let width = self.reset(dst_len, longest, multiple);
         self.scratch.clear();
         self.scratch.resize(longest, 0.0);
         for (out, &(center, lo, hi)) in self.weights.chunks_exact_mut(width).zip(&self.windows) {
@@ -336,6 +332,17 @@ impl Taps {
             q[big] = (i32::from(q[big]) + ONE - sum) as i16;
             self.starts.push(start);
         }
+    }
+
+    /// Sets the width for windows of at most `longest` taps (rounded up to `multiple`), zeroes
+    /// the weights of `dst_len` outputs and clears the starts; returns the width.
+    fn reset(&mut self, dst_len: usize, longest: usize, multiple: usize) -> usize {
+        let width = longest.div_ceil(multiple) * multiple;
+        self.width = width;
+        self.weights.clear();
+        self.weights.resize(dst_len * width, 0);
+        self.starts.clear();
+        width
     }
 
     /// Builds [`Taps::pairs`] if they are missing (the AVX2 interleaved horizontal kernel
@@ -1410,11 +1417,7 @@ mod avx2 {
         // SAFETY: most is 16 bytes.
         unsafe { _mm_storeu_si128(most.as_mut_ptr().cast(), longest) };
         let longest = most.into_iter().max().unwrap_or(1) as usize;
-        let width = longest.div_ceil(multiple) * multiple;
-        t.width = width;
-        t.weights.clear();
-        t.weights.resize(dst_len * width, 0);
-        t.starts.clear();
+        let width = t.reset(dst_len, longest, multiple);
         t.quant.clear();
         t.quant.resize(4 * longest, 0);
         let unit_one = _mm256_set1_pd(f64::from(ONE));
