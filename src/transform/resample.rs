@@ -1732,6 +1732,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn packed_pairs_are_built_for_rgb_and_only_for_rgb() {
+        // The interleaved RGB kernel reads `pairs`; without them it quietly leaves every row to
+        // the portable loop. A 1000-pixel row onto 160 has windows over 8 pixels, so no planar
+        // plan: the interleaved kernel runs, and its taps must carry their pairs.
+        if !simd_available() {
+            eprintln!("skipped: this CPU has no AVX2");
+            return;
+        }
+        let cols = |r: &Resampler| {
+            let t = r.cache.iter().find(|t| t.key.0 == 1000 && t.key.5 == 4);
+            t.map(|t| (t.planar.p, t.pairs.len())).expect("cached")
+        };
+        let src = image(1000, 40, 7);
+        let mut plane = Resampler::new();
+        run_plane(&mut plane, &src, (1000, 40), 0, 1000, (160, 160), true);
+        assert_eq!(cols(&plane), (0, 0), "a plane resample builds no pairs");
+        let mut rgb = Resampler::new();
+        run(&mut rgb, &src, (1000, 40), false, (160, 160), true);
+        let (p, pairs) = cols(&rgb);
+        assert_eq!(p, 0, "1000 -> 160 is not planned");
+        assert!(pairs > 0, "the RGB resample built its pairs");
+        // The same cached taps, used by an RGB resample after a plane one, gain their pairs.
+        run(&mut plane, &src, (1000, 40), false, (160, 160), true);
+        assert!(cols(&plane).1 > 0, "pairs added to cached taps");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
         /// The AVX2 taps build gives the portable build's integers, for any sizes and crops.
