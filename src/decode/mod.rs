@@ -854,32 +854,73 @@ impl Decoder {
             }
         }
         let width = u64::from(be32(16));
-        let mut header_limits = image::Limits::default();
-        header_limits.max_alloc = Some(PNG_METADATA_BYTES + 2 * (width * 8 + 1));
-        let mut dec =
-            image::codecs::png::PngDecoder::with_limits(std::io::Cursor::new(bytes), header_limits)
-                .map_err(|e| match e {
-                    image::ImageError::Limits(_) => fail(
-                        path,
-                        format!(
+        let metadata_limit = PNG_METADATA_BYTES + 2 * (width * 8 + 1);
+        let too_much_metadata = || {
+            fail(
+                path,
+                format!(
                     "PNG: its text or other ancillary chunks need more than the {} MiB allowed",
                     PNG_METADATA_BYTES >> 20
                 ),
-                    ),
-                    e => perr(e),
-                })?;
-        let (w, h) = dec.dimensions();
-        self.check_pixels(path, w, h)?;
-        let mut limits = image::Limits::default();
-        limits.max_alloc = Some(self.settings.max_pixels.saturating_mul(8));
-        dec.set_limits(limits).map_err(perr)?;
-        let color = dec.color_type();
-        let total = dec.total_bytes();
+            )
+        };
+        // An indexed PNG is read as its palette indices and expanded here, so that an index
+        // past the palette is an error: the png crate would deliver such pixels black.
+        let indexed = bytes.get(12..16) == Some(b"IHDR".as_slice()) && bytes.get(25) == Some(&3);
+        let mut png = if indexed {
+            let mut dec = png::Decoder::new_with_limits(
+                std::io::Cursor::new(bytes),
+                png::Limits {
+                    bytes: usize::try_from(metadata_limit).unwrap_or(usize::MAX),
+                },
+            );
+            dec.set_ignore_text_chunk(false);
+            dec.set_transformations(png::Transformations::IDENTITY);
+            let reader = dec.read_info().map_err(|e| match e {
+                png::DecodingError::LimitsExceeded => too_much_metadata(),
+                e => fail(path, format!("PNG: {e}")),
+            })?;
+            Png::Indexed(reader)
+        } else {
+            let mut header_limits = image::Limits::default();
+            header_limits.max_alloc = Some(metadata_limit);
+            let dec = image::codecs::png::PngDecoder::with_limits(
+                std::io::Cursor::new(bytes),
+                header_limits,
+            )
+            .map_err(|e| match e {
+                image::ImageError::Limits(_) => too_much_metadata(),
+                e => perr(e),
+            })?;
+            Png::Image(dec)
+        };
+        let (w, h, color, total) = match &mut png {
+            Png::Image(dec) => {
+                let (w, h) = dec.dimensions();
+                self.check_pixels(path, w, h)?;
+                let mut limits = image::Limits::default();
+                limits.max_alloc = Some(self.settings.max_pixels.saturating_mul(8));
+                dec.set_limits(limits).map_err(perr)?;
+                (w, h, Some(dec.color_type()), dec.total_bytes())
+            }
+            Png::Indexed(reader) => {
+                let (w, h) = reader.info().size();
+                self.check_pixels(path, w, h)?;
+                let total = reader
+                    .output_buffer_size()
+                    .ok_or_else(|| fail(path, format!("PNG of {w}x{h} is too large to decode")))?;
+                (w, h, None, total as u64)
+            }
+        };
         let px = w as usize * h as usize;
         let rgb = rgb_bytes(w, h);
-        // RGB8 decodes straight into the RGB buffer; other types into `aux`, then converted
-        // (and `aux` freed before the resize if it is large).
-        let staged = if color == ColorType::Rgb8 { 0 } else { total };
+        // RGB8 decodes straight into the RGB buffer; other types (and palette indices) into
+        // `aux`, then converted (and `aux` freed before the resize if it is large).
+        let staged = if color == Some(ColorType::Rgb8) {
+            0
+        } else {
+            total
+        };
         // The png crate also keeps two rows (the one it unfilters and the one before), which
         // only matter for very wide images: a 100,000,000×1 RGBA16 PNG's rows are 800 MB.
         let rows = 2 * (total / u64::from(h.max(1)) + 1);
@@ -908,28 +949,48 @@ impl Decoder {
             *guard = Some(gate.enter(estimate));
         }
         self.rgb.clear();
-        if color == ColorType::Rgb8 {
-            self.rgb.resize(px * 3, 0);
-            dec.read_image(&mut self.rgb).map_err(perr)?;
-        } else {
-            self.aux.clear();
-            self.aux.resize(total as usize, 0);
-            dec.read_image(&mut self.aux).map_err(perr)?;
-            self.rgb.resize(px * 3, 0);
+        match png {
+            Png::Image(dec) if color == Some(ColorType::Rgb8) => {
+                self.rgb.resize(px * 3, 0);
+                dec.read_image(&mut self.rgb).map_err(perr)?;
+            }
+            Png::Image(dec) => {
+                self.aux.clear();
+                self.aux.resize(total as usize, 0);
+                dec.read_image(&mut self.aux).map_err(perr)?;
+                self.rgb.resize(px * 3, 0);
+            }
+            Png::Indexed(mut reader) => {
+                self.aux.clear();
+                self.aux.resize(total as usize, 0);
+                reader
+                    .next_frame(&mut self.aux)
+                    .map_err(|e| fail(path, format!("PNG: {e}")))?;
+                self.rgb.resize(px * 3, 0);
+                let info = reader.info();
+                expand_indexed(
+                    &self.aux,
+                    (w as usize, h as usize),
+                    info.bit_depth as u8,
+                    info.palette.as_deref().unwrap_or_default(),
+                    &mut self.rgb,
+                )
+                .map_err(|e| fail(path, format!("PNG: {e}")))?;
+            }
         }
         let src = &self.aux;
         let dst = &mut self.rgb;
         match color {
-            ColorType::Rgb8 => {}
-            ColorType::Rgba8 => expand(src, dst, 4, |p| [p[0], p[1], p[2]]),
-            ColorType::L8 => expand(src, dst, 1, |p| [p[0]; 3]),
-            ColorType::La8 => expand(src, dst, 2, |p| [p[0]; 3]),
+            None | Some(ColorType::Rgb8) => {}
+            Some(ColorType::Rgba8) => expand(src, dst, 4, |p| [p[0], p[1], p[2]]),
+            Some(ColorType::L8) => expand(src, dst, 1, |p| [p[0]; 3]),
+            Some(ColorType::La8) => expand(src, dst, 2, |p| [p[0]; 3]),
             // 16-bit samples come in native byte order; keep the high byte.
-            ColorType::Rgb16 => expand(src, dst, 6, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
-            ColorType::Rgba16 => expand(src, dst, 8, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
-            ColorType::L16 => expand(src, dst, 2, |p| [hi(p, 0); 3]),
-            ColorType::La16 => expand(src, dst, 4, |p| [hi(p, 0); 3]),
-            other => {
+            Some(ColorType::Rgb16) => expand(src, dst, 6, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
+            Some(ColorType::Rgba16) => expand(src, dst, 8, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
+            Some(ColorType::L16) => expand(src, dst, 2, |p| [hi(p, 0); 3]),
+            Some(ColorType::La16) => expand(src, dst, 4, |p| [hi(p, 0); 3]),
+            Some(other) => {
                 return Err(fail(
                     path,
                     format!("PNG colour type {other:?} is not supported"),
@@ -1078,6 +1139,72 @@ fn expand(src: &[u8], dst: &mut [u8], bpp: usize, f: impl Fn(&[u8]) -> [u8; 3]) 
     for (s, d) in src.chunks_exact(bpp).zip(dst.chunks_exact_mut(3)) {
         d.copy_from_slice(&f(s));
     }
+}
+
+/// A PNG being read: through the `image` crate (every colour type but indexed), or as palette
+/// indices straight from the png crate.
+enum Png<'b> {
+    Image(image::codecs::png::PngDecoder<std::io::Cursor<&'b [u8]>>),
+    Indexed(png::Reader<std::io::Cursor<&'b [u8]>>),
+}
+
+/// Expands an indexed PNG's rows (`depth` bits an index, 1, 2, 4 or 8, each row starting on a
+/// byte) into RGB through `palette` (RGB triplets). An index past the palette is an error, as
+/// the PNG specification has it, naming the first such pixel.
+fn expand_indexed(
+    src: &[u8],
+    (w, h): (usize, usize),
+    depth: u8,
+    palette: &[u8],
+    dst: &mut [u8],
+) -> Result<(), String> {
+    let entries = palette.len() / 3;
+    if entries == 0 {
+        return Err("an indexed image without a palette (PLTE chunk)".into());
+    }
+    let depth = usize::from(depth);
+    if !matches!(depth, 1 | 2 | 4 | 8) {
+        return Err(format!("an indexed image of {depth} bits a pixel"));
+    }
+    let line = (w * depth).div_ceil(8);
+    if src.len() < line * h || dst.len() < w * h * 3 {
+        return Err(format!("{} bytes of indices for {w}x{h} pixels", src.len()));
+    }
+    let past = |x: usize, y: usize, i: usize| {
+        format!(
+            "pixel ({x}, {y}) has palette index {i}, past the palette's {entries} entries \
+             (the file is damaged)"
+        )
+    };
+    let rows = src
+        .chunks_exact(line)
+        .zip(dst.chunks_exact_mut(w * 3))
+        .take(h);
+    if depth == 8 {
+        for (y, (row, out)) in rows.enumerate() {
+            for (x, (&i, px)) in row.iter().zip(out.chunks_exact_mut(3)).enumerate() {
+                let i = usize::from(i);
+                match palette.get(i * 3..i * 3 + 3) {
+                    Some(rgb) if i < entries => px.copy_from_slice(rgb),
+                    _ => return Err(past(x, y, i)),
+                }
+            }
+        }
+        return Ok(());
+    }
+    let per_byte = 8 / depth;
+    let mask = (1u8 << depth) - 1;
+    for (y, (row, out)) in rows.enumerate() {
+        for (x, px) in out.chunks_exact_mut(3).enumerate() {
+            let shift = 8 - depth * (x % per_byte + 1);
+            let i = usize::from((row[x / per_byte] >> shift) & mask);
+            match palette.get(i * 3..i * 3 + 3) {
+                Some(rgb) if i < entries => px.copy_from_slice(rgb),
+                _ => return Err(past(x, y, i)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// CMYK to RGB the way Pillow and most viewers do it without a colour profile. CMYK JPEGs

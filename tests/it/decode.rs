@@ -431,3 +431,186 @@ fn a_files_output_does_not_depend_on_what_its_thread_decoded_before() {
         assert!(ok > 40 && failed > 20, "{ok} decoded, {failed} errors");
     }
 }
+
+/// An indexed PNG of `w`×`h` pixels (`idx`, one index a pixel), `depth` bits an index,
+/// through the png crate's encoder, or written here with Adam7 interlacing (which the
+/// encoder does not write), in stored (uncompressed) deflate blocks.
+fn indexed_png(
+    w: u32,
+    h: u32,
+    depth: u8,
+    palette: &[u8],
+    trns: Option<&[u8]>,
+    idx: &[u8],
+    interlaced: bool,
+) -> Vec<u8> {
+    let bit_depth = match depth {
+        1 => png::BitDepth::One,
+        2 => png::BitDepth::Two,
+        4 => png::BitDepth::Four,
+        _ => png::BitDepth::Eight,
+    };
+    // Rows of packed indices, each after a filter byte (0: none).
+    let rows = |xs: &[u32], ys: &[u32]| -> Vec<u8> {
+        let mut out = Vec::new();
+        if xs.is_empty() {
+            return out;
+        }
+        for &y in ys {
+            out.push(0);
+            let mut row = vec![0u8; (xs.len() * depth as usize).div_ceil(8)];
+            for (k, &x) in xs.iter().enumerate() {
+                let bit = k * depth as usize;
+                let i = idx[(y * w + x) as usize];
+                row[bit / 8] |= i << (8 - depth as usize - bit % 8);
+            }
+            out.extend_from_slice(&row);
+        }
+        out
+    };
+    if !interlaced {
+        let mut out = Vec::new();
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(png::ColorType::Indexed);
+        enc.set_depth(bit_depth);
+        enc.set_palette(palette.to_vec());
+        if let Some(t) = trns {
+            enc.set_trns(t.to_vec());
+        }
+        let mut writer = enc.write_header().unwrap();
+        let packed: Vec<u8> = rows(&(0..w).collect::<Vec<_>>(), &(0..h).collect::<Vec<_>>())
+            .chunks(1 + (w as usize * depth as usize).div_ceil(8))
+            .flat_map(|r| r[1..].to_vec())
+            .collect();
+        writer.write_image_data(&packed).unwrap();
+        writer.finish().unwrap();
+        return out;
+    }
+    let mut raw = Vec::new();
+    for (x0, y0, dx, dy) in [
+        (0, 0, 8, 8),
+        (4, 0, 8, 8),
+        (0, 4, 4, 8),
+        (2, 0, 4, 4),
+        (0, 2, 2, 4),
+        (1, 0, 2, 2),
+        (0, 1, 1, 2),
+    ] {
+        let xs: Vec<u32> = (x0..w).step_by(dx).collect();
+        let ys: Vec<u32> = (y0..h).step_by(dy).collect();
+        raw.extend(rows(&xs, &ys));
+    }
+    let mut zlib = vec![0x78, 0x01];
+    let blocks: Vec<&[u8]> = raw.chunks(65535).collect();
+    for (n, b) in blocks.iter().enumerate() {
+        zlib.push(u8::from(n + 1 == blocks.len()));
+        let len = b.len() as u16;
+        zlib.extend_from_slice(&len.to_le_bytes());
+        zlib.extend_from_slice(&(!len).to_le_bytes());
+        zlib.extend_from_slice(b);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &byte in &raw {
+        a = (a + u32::from(byte)) % 65521;
+        b = (b + a) % 65521;
+    }
+    zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    let chunk = |kind: &[u8], data: &[u8]| {
+        let mut c = (data.len() as u32).to_be_bytes().to_vec();
+        c.extend_from_slice(kind);
+        c.extend_from_slice(data);
+        let crc = common::crc32(&c[4..]);
+        c.extend_from_slice(&crc.to_be_bytes());
+        c
+    };
+    let mut ihdr = w.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[depth, 3, 0, 0, 1]);
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    out.extend(chunk(b"IHDR", &ihdr));
+    out.extend(chunk(b"PLTE", palette));
+    if let Some(t) = trns {
+        out.extend(chunk(b"tRNS", t));
+    }
+    out.extend(chunk(b"IDAT", &zlib));
+    out.extend(chunk(b"IEND", &[]));
+    out
+}
+
+/// Deterministic pseudo-random bytes below `below`.
+fn indices(n: usize, below: u32, seed: u32) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % below) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn indexed_pngs_decode_as_their_rgb() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (37u32, 23u32);
+    let mut n = 0;
+    for depth in [1u8, 2, 4, 8] {
+        // A palette of every index the depth allows, and one of fewer entries (used only).
+        for entries in [1u32 << depth, (1u32 << depth).min(5) - 1] {
+            let palette = indices(entries as usize * 3, 256, u32::from(depth) * 31 + entries);
+            let idx = indices((w * h) as usize, entries, u32::from(depth));
+            let rgb: Vec<u8> = idx
+                .iter()
+                .flat_map(|&i| palette[i as usize * 3..i as usize * 3 + 3].to_vec())
+                .collect();
+            let want_path = dir.path().join(format!("rgb_{depth}_{entries}.png"));
+            std::fs::write(&want_path, common::encode_png(&rgb, w, h)).unwrap();
+            let want = decode_160(&want_path);
+            let trns = [0u8, 128];
+            for (trns, interlaced) in [(None, false), (Some(&trns[..]), false), (None, true)] {
+                let png = indexed_png(w, h, depth, &palette, trns, &idx, interlaced);
+                let p = dir.path().join(format!("indexed_{n}.png"));
+                n += 1;
+                std::fs::write(&p, png).unwrap();
+                // The png crate's own reading of the file gives the same colours.
+                let img = image::open(&p).unwrap().to_rgb8();
+                assert_eq!(img.as_raw(), &rgb, "depth {depth}, {entries} entries, {trns:?}, interlaced {interlaced}: test file");
+                assert_eq!(
+                    decode_160(&p),
+                    want,
+                    "depth {depth}, {entries} entries, tRNS {trns:?}, interlaced {interlaced}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_palette_index_past_the_palette_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (16u32, 9u32);
+    for (depth, interlaced) in [(8u8, false), (4, false), (2, true), (1, false), (8, true)] {
+        // A palette of `entries` colours, and pixel (5, 3) reading index `entries`, past it
+        // (black, in the png crate's expansion).
+        let entries = (1u32 << depth).min(5) - 1;
+        let palette = indices(entries as usize * 3, 256, 7);
+        let mut idx = indices((w * h) as usize, entries, u32::from(depth));
+        idx[(3 * w + 5) as usize] = entries as u8;
+        let name = format!("damaged_{depth}_{interlaced}.png");
+        let p = dir.path().join(&name);
+        std::fs::write(
+            &p,
+            indexed_png(w, h, depth, &palette, None, &idx, interlaced),
+        )
+        .unwrap();
+        let e = match common::load_one(&p, |b| b) {
+            Ok(_) => panic!("{name}: decoded"),
+            Err(e) => e.to_string(),
+        };
+        let want = format!(
+            "pixel (5, 3) has palette index {entries}, past the palette's {entries} entries"
+        );
+        assert!(e.contains(&name) && e.contains(&want), "{e}");
+    }
+}
