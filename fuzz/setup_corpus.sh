@@ -17,12 +17,15 @@ seed() { # seed SELECTOR FILE
 for f in "$root"/testdata/valid/*.jpg "$root"/testdata/photos/*.jpg; do
     seed 60 "$f"; seed 63 "$f"
 done
-for f in "$root"/testdata/valid/*.png; do
+for f in "$root"/testdata/valid/*.png seeds/decode/*.png; do
     seed 61 "$f"; seed 62 "$f"
 done
 for f in "$root"/testdata/corrupt/*; do
     seed 60 "$f"; seed 63 "$f"; seed 62 "$f"
 done
+
+# (seeds/decode: small indexed PNGs at bit depths 1-8, interlaced, with tRNS, and one whose
+# pixel (5, 3) has an index past its palette.)
 
 # list: small hand-written lists (BOM, CRLF, duplicates, bad labels, non-UTF-8, empty).
 cp seeds/list/* corpus/list/
