@@ -321,6 +321,12 @@ impl Source {
                          time",
                         shown(name.as_encoded_bytes())
                     ),
+                    None if has_loose_images(dir) => "no class folders, only images directly \
+                         in it: a folder source needs one sub-folder per class (its name gives \
+                         the label); for unlabeled images, write a file list with a label for \
+                         each, e.g. `for f in DIR/*.jpg; do printf '%s\\t0\\n' \"$f\"; done > \
+                         files.txt`"
+                        .into(),
                     None => "no class folders: expected one sub-folder per class, each holding \
                              images"
                         .into(),
@@ -661,6 +667,15 @@ pub(crate) fn regular_file(path: &Path) -> Result<(), Error> {
         "is not a regular file (a device, FIFO or socket)"
     };
     Err(Error::io(path, std::io::Error::other(what)))
+}
+
+/// Whether `dir` holds an image file directly (not in a sub-folder); stops at the first.
+fn has_loose_images(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            !is_hidden(&e.file_name()) && has_image_extension(&e.path()) && e.path().is_file()
+        })
+    })
 }
 
 pub(crate) fn is_hidden(name: &OsStr) -> bool {
@@ -1476,6 +1491,25 @@ mod tests {
             .iter()
             .all(|(p, _)| p.starts_with(dir.path().join("x/a"))));
         assert_eq!(got[3].0, dir.path().join("x/a-b.jpg"));
+    }
+
+    #[test]
+    fn a_folder_of_images_without_class_folders_says_how_to_read_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Source::from_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("no class folders: expected one sub-folder"), "{e}");
+        // Hidden images and other files do not count as images lying in the folder.
+        std::fs::write(dir.path().join(".x.jpg"), b"").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
+        let e = Source::from_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("no class folders: expected one sub-folder"), "{e}");
+        std::fs::write(dir.path().join("a.JPG"), b"").unwrap();
+        let e = Source::from_dir(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("no class folders, only images directly in it")
+                && e.contains("write a file list with a label for each"),
+            "{e}"
+        );
     }
 
     #[cfg(unix)]
