@@ -1497,12 +1497,18 @@ mod tests {
     fn a_folder_of_images_without_class_folders_says_how_to_read_them() {
         let dir = tempfile::tempdir().unwrap();
         let e = Source::from_dir(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("no class folders: expected one sub-folder"), "{e}");
+        assert!(
+            e.contains("no class folders: expected one sub-folder"),
+            "{e}"
+        );
         // Hidden images and other files do not count as images lying in the folder.
         std::fs::write(dir.path().join(".x.jpg"), b"").unwrap();
         std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
         let e = Source::from_dir(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("no class folders: expected one sub-folder"), "{e}");
+        assert!(
+            e.contains("no class folders: expected one sub-folder"),
+            "{e}"
+        );
         std::fs::write(dir.path().join("a.JPG"), b"").unwrap();
         let e = Source::from_dir(dir.path()).unwrap_err().to_string();
         assert!(
