@@ -836,6 +836,7 @@ impl Decoder {
     ) -> Result<Decoded<'a>, Error> {
         use image::{ColorType, ImageDecoder};
         let perr = |e: image::ImageError| fail(path, format!("PNG: {e}"));
+        let png_fail = |e: String| fail(path, format!("PNG: {e}"));
         // The png crate buffers ancillary chunks and inflates an ICC profile whole while it
         // reads the header, before any size check: bound what it may allocate to two rows
         // (16-bit RGBA) plus PNG_METADATA_BYTES, so a 1 MB file holding a 1 GB profile cannot
@@ -874,11 +875,12 @@ impl Decoder {
                     bytes: usize::try_from(metadata_limit).unwrap_or(usize::MAX),
                 },
             );
-            dec.set_ignore_text_chunk(false);
+            // Text chunks are never read here: skip them rather than inflate them.
+            dec.set_ignore_text_chunk(true);
             dec.set_transformations(png::Transformations::IDENTITY);
             let reader = dec.read_info().map_err(|e| match e {
                 png::DecodingError::LimitsExceeded => too_much_metadata(),
-                e => fail(path, format!("PNG: {e}")),
+                e => png_fail(e.to_string()),
             })?;
             Png::Indexed(reader)
         } else {
@@ -965,7 +967,7 @@ impl Decoder {
                 self.aux.resize(total as usize, 0);
                 reader
                     .next_frame(&mut self.aux)
-                    .map_err(|e| fail(path, format!("PNG: {e}")))?;
+                    .map_err(|e| png_fail(e.to_string()))?;
                 self.rgb.resize(px * 3, 0);
                 let info = reader.info();
                 expand_indexed(
@@ -975,7 +977,7 @@ impl Decoder {
                     info.palette.as_deref().unwrap_or_default(),
                     &mut self.rgb,
                 )
-                .map_err(|e| fail(path, format!("PNG: {e}")))?;
+                .map_err(png_fail)?;
             }
         }
         let src = &self.aux;
