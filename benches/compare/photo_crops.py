@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cut a corpus of ImageNet-sized JPEGs out of high-resolution photographs.
 
-usage: python3 benches/compare/photo_crops.py OUT_DIR PHOTO [PHOTO ...] [--count N] [--seed S]
+usage: python3 benches/compare/photo_crops.py OUT_DIR PHOTO [PHOTO ...] [--count N] [--seed S] [--large]
 
 `imagefeed corpus` rescales crops of six small embedded photos; this script instead keeps the
 texture of real camera photos at the size they are cut. For each of N images (default 5,000)
@@ -10,7 +10,10 @@ it picks one of the PHOTOs (files Pillow reads, at least 1,000 px on each side),
 portrait); cuts a random region 1.5-4x that size out of the photo (less where the photo is
 smaller); shrinks it (Pillow, Lanczos); and saves it as a JPEG at quality 75-95, 4:2:0 (10% at
 4:4:4), 10% progressive. Writes OUT_DIR/NNNNN.jpg and OUT_DIR/files.txt (label: the photo's
-position among the arguments) and prints the mean size and bits per pixel. The same arguments
+position among the arguments) and prints the mean size and bits per pixel. With --large the
+long side is instead 640 px (40% of the images), 1,024 px (40%) or up to 3,000 px (20%, as
+much of that as the photo holds), cut from a region 1-2x that size: COCO- and Open Images-sized
+pictures with some camera-sized ones, which decode at DCT scales 1/4 and 1/8. The same arguments
 and seed give the same files. Needs Pillow (`pip install pillow`). Refuses to write into a
 folder that already holds a files.txt.
 
@@ -43,6 +46,7 @@ def main() -> int:
     ap.add_argument("photos", nargs="+")
     ap.add_argument("--count", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--large", action="store_true", help="640-3,000 px long sides (see above)")
     args = ap.parse_args()
     out_list = os.path.join(args.out_dir, "files.txt")
     if os.path.exists(out_list):
@@ -66,13 +70,27 @@ def main() -> int:
         for i in range(args.count):
             label = rng.randrange(len(photos))
             photo = photos[label]
-            long = 500 if rng.random() < 0.5 else rng.randint(333, 800)
+            # (Draws in the same order as before --large existed: the same seed gives the same
+            # ImageNet-sized corpus.)
+            if args.large:
+                u = rng.random()
+                long = 640 if u < 0.4 else 1024 if u < 0.8 else 3000
+                grow = (1.0, 2.0)
+            else:
+                long = 500 if rng.random() < 0.5 else rng.randint(333, 800)
+                grow = (1.5, 4.0)
             aspect = rng.choice(ASPECTS)
+            portrait = rng.random() < 0.3
+            if args.large:
+                # No longer than the photo holds at this aspect and orientation.
+                pw, ph = photo.size
+                fit = min(ph, pw * aspect) if portrait else min(pw, ph * aspect)
+                long = min(long, int(fit))
             w, h = long, max(16, round(long / aspect))
-            if rng.random() < 0.3:
+            if portrait:
                 w, h = h, w
-            # The cut is 1.5-4x the output, within the photo.
-            k = min(rng.uniform(1.5, 4.0), photo.size[0] / w, photo.size[1] / h)
+            # The cut is 1.5-4x the output (1-2x with --large), within the photo.
+            k = min(rng.uniform(*grow), photo.size[0] / w, photo.size[1] / h)
             cw, ch = round(w * k), round(h * k)
             x = rng.randint(0, photo.size[0] - cw)
             y = rng.randint(0, photo.size[1] - ch)
