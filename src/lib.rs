@@ -73,6 +73,7 @@ mod loader;
 mod pipeline;
 mod prefetch;
 pub mod procinfo;
+mod readahead;
 #[cfg(feature = "remote")]
 mod remote;
 mod rng;

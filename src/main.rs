@@ -118,6 +118,10 @@ struct BenchArgs {
     /// Ready batches queued ahead of the consumer.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// Local files hinted to the kernel ahead of the decode threads, so that files not in the
+    /// page cache are read in the background (0: off).
+    #[arg(long, default_value_t = 64)]
+    readahead: usize,
     /// Adapt decode threads and prefetch depth every second while an epoch runs (the summary
     /// reports where each epoch ended).
     #[arg(long)]
@@ -518,6 +522,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .shuffle_buffer(a.shuffle_buffer.unwrap_or(default_shuffle_buffer))
         .shuffle(!a.no_shuffle)
         .prefetch(a.prefetch)
+        .readahead(a.readahead)
         .autotune(a.autotune)
         .image_size_hw(a.size[0], a.size[1])
         .dtype(match a.dtype {

@@ -12,6 +12,9 @@
 //!               bounded(window + shuffle + 2)         bounded(1)
 //! ```
 //!
+//! - **Readahead** (`imagefeed-readahead`, local files only, `readahead.rs`) walks the plan up
+//!   to `readahead` positions past the next claim and asks the kernel to read those files, so
+//!   that decode threads do not wait on the disk; it waits on the window like the decoders.
 //! - **Decode threads** (`imagefeed-decode-N`, owned by the loader, one set per epoch) claim
 //!   the next position of the epoch's plan from the [`Window`], which lets them run at most
 //!   `window` positions ahead of the batcher. They read, decode, resize and orient into a `u8`
@@ -51,6 +54,7 @@ use crate::decode::{Decoder, LargeGate};
 use crate::error::{DecodeFailure, Error, ErrorKind, OnError};
 use crate::fetch::{fetch_loop, ByteBudget, Fetched};
 use crate::prefetch::Staging;
+use crate::readahead;
 use crate::rng::{self, Rng};
 use crate::shuffle::ShuffleBuffer;
 use crate::source::{Backing, Source};
@@ -70,8 +74,13 @@ pub(crate) struct Window {
     /// Signalled when the active thread count changes, the plan ends or the epoch is
     /// cancelled (every waiter rechecks).
     changed: Condvar,
+    /// Signalled when the readahead thread waits and the decode threads have come within
+    /// half its depth of the last position it hinted.
+    hint: Condvar,
     size: usize,
     total: usize,
+    /// Positions the readahead thread hints ahead of the next claim (0: no readahead).
+    readahead: usize,
     prefetch: AtomicUsize,
 }
 
@@ -85,10 +94,14 @@ struct WindowState {
     /// Active threads waiting for room; the batcher wakes one per released position and no
     /// one (no system call) when this is 0.
     waiting_for_room: usize,
+    /// Positions before this one have been hinted to the kernel (readahead).
+    hinted: usize,
+    /// The readahead thread waits for the decode threads to catch up.
+    hinter_waiting: bool,
 }
 
 impl Window {
-    fn new(size: usize, total: usize, active: usize, prefetch: usize) -> Self {
+    fn new(size: usize, total: usize, active: usize, prefetch: usize, readahead: usize) -> Self {
         Window {
             state: Mutex::new(WindowState {
                 next: 0,
@@ -96,11 +109,15 @@ impl Window {
                 cancelled: false,
                 active,
                 waiting_for_room: 0,
+                hinted: 0,
+                hinter_waiting: false,
             }),
             room: Condvar::new(),
             changed: Condvar::new(),
+            hint: Condvar::new(),
             size,
             total,
+            readahead,
             prefetch: AtomicUsize::new(prefetch),
         }
     }
@@ -124,6 +141,8 @@ impl Window {
                 if s.next == self.total {
                     // The last position: the threads still waiting for room can stop.
                     self.wake_all();
+                } else if s.hinter_waiting && s.hinted <= s.next + self.readahead / 2 {
+                    self.hint.notify_one();
                 }
                 return Some(s.next - 1);
             } else {
@@ -137,6 +156,32 @@ impl Window {
     fn wake_all(&self) {
         self.room.notify_all();
         self.changed.notify_all();
+        self.hint.notify_all();
+    }
+
+    /// The next positions for the readahead thread to hint: from the last one it hinted (or
+    /// the next claim, if the decode threads have passed it) up to `readahead` positions
+    /// past the next claim. Waits while it is that far ahead; `None` once every position has
+    /// been hinted or claimed, or the epoch is cancelled.
+    pub(crate) fn to_hint(&self) -> Option<std::ops::Range<usize>> {
+        if self.readahead == 0 {
+            return None;
+        }
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let from = s.hinted.max(s.next);
+            if s.cancelled || from >= self.total {
+                return None;
+            }
+            let to = (s.next + self.readahead).min(self.total);
+            if from < to {
+                s.hinted = to;
+                return Some(from..to);
+            }
+            s.hinter_waiting = true;
+            s = self.hint.wait(s).unwrap_or_else(|e| e.into_inner());
+            s.hinter_waiting = false;
+        }
     }
 
     /// Waits while decode thread `thread` is not active; `false` once nothing is left to
@@ -634,11 +679,20 @@ pub(crate) fn start(
     } else {
         (threads, knobs.prefetch)
     };
+    // Local files are hinted to the kernel ahead of the decode threads, unless the epoch
+    // reads a complete cache (no files are read) or the platform has no such hint.
+    let readahead = match (&source.backing, &cache_mode) {
+        (Backing::Files, EpochCache::Off | EpochCache::Write(_)) if readahead::SUPPORTED => {
+            cfg.readahead
+        }
+        _ => 0,
+    };
     let window = Arc::new(Window::new(
         window_size,
         plan.len(),
         threads,
         knobs.prefetch,
+        readahead,
     ));
     let mode_code = match cache_mode {
         EpochCache::Off => 0,
@@ -688,6 +742,14 @@ pub(crate) fn start(
                 .spawn(move || fetch_loop(&shared, &tx, &budget))
                 .map_err(Error::spawn)?;
             handles.push(("fetch", h));
+        }
+        if readahead > 0 {
+            let shared = shared.clone();
+            let h = std::thread::Builder::new()
+                .name("imagefeed-readahead".into())
+                .spawn(move || readahead::readahead_loop(&shared))
+                .map_err(Error::spawn)?;
+            handles.push(("readahead", h));
         }
         for t in 0..spawned_threads {
             let shared = shared.clone();
@@ -1227,7 +1289,7 @@ mod tests {
 
     fn window_scenarios() {
         for (threads, size, total) in [(16, 2, 5_000), (8, 16, 20_000), (3, 1, 2_000)] {
-            let window = Arc::new(Window::new(size, total, threads, 1));
+            let window = Arc::new(Window::new(size, total, threads, 1, 0));
             let claimed: Arc<Vec<AtomicU64>> =
                 Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
             let (tx, rx) = crossbeam_channel::unbounded::<usize>();
@@ -1282,7 +1344,7 @@ mod tests {
             for (threads, size, total) in
                 [(2, 64, 5_003), (8, 4, 997), (3, 1, 300), (16, 256, 20_000)]
             {
-                let window = Arc::new(Window::new(size, total, threads, 1));
+                let window = Arc::new(Window::new(size, total, threads, 1, 0));
                 let (tx, rx) = handoff(size, total, 64);
                 let workers: Vec<_> = (0..threads)
                     .map(|t| {
@@ -1378,6 +1440,94 @@ mod tests {
         assert!(!tx.put(loaded(0)));
     }
 
+    /// The readahead thread's side of the window: it runs `readahead` positions ahead of the
+    /// next claim and no further, hints each position at most once and in order, skips the
+    /// ones already claimed, and ends with the plan or on cancel.
+    #[test]
+    fn window_paces_the_readahead_thread() {
+        within_a_minute(readahead_scenarios);
+    }
+
+    fn readahead_scenarios() {
+        // Nothing claimed: the first range is the depth, then it waits.
+        let window = Arc::new(Window::new(8, 100, 1, 1, 10));
+        assert_eq!(window.to_hint(), Some(0..10));
+        let w = window.clone();
+        let waiting = std::thread::spawn(move || w.to_hint());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            !waiting.is_finished(),
+            "hinted more than 10 ahead of the next claim"
+        );
+        // Four claims do not wake it (it waits for half the depth); the fifth does.
+        for seq in 0..4 {
+            assert_eq!(window.claim(), Some(seq));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            !waiting.is_finished(),
+            "woken before half the depth was claimed"
+        );
+        assert_eq!(window.claim(), Some(4));
+        assert_eq!(waiting.join().unwrap(), Some(10..15));
+        // Cancelling wakes a waiting hinter, which ends.
+        let w = window.clone();
+        let waiting = std::thread::spawn(move || w.to_hint());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        window.cancel();
+        assert_eq!(waiting.join().unwrap(), None);
+        // No readahead: nothing to hint, without waiting.
+        assert_eq!(Window::new(8, 100, 1, 1, 0).to_hint(), None);
+
+        // Claimers racing the hinter (a slow hinter falls behind): each position is hinted at
+        // most once, in order, and a position is either hinted or claimed before the hinter got
+        // to it; the hinter ends with the plan.
+        for (threads, size, total, depth) in
+            [(4, 8, 20_000, 16), (2, 64, 5_000, 1), (3, 2, 3_000, 64)]
+        {
+            let window = Arc::new(Window::new(size, total, threads, 1, depth));
+            let w = window.clone();
+            let hinter = std::thread::spawn(move || {
+                let mut hinted = Vec::new();
+                while let Some(r) = w.to_hint() {
+                    assert!(r.start < r.end && r.end - r.start <= depth && r.end <= total);
+                    hinted.push(r);
+                    if hinted.len() % 7 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                hinted
+            });
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let window = window.clone();
+                    std::thread::spawn(move || {
+                        let mut n = 0;
+                        while window.claim_as(t).is_some() {
+                            n += 1;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            // Release as claims come in, so the claimers never stall for long.
+            while workers.iter().any(|w| !w.is_finished()) {
+                let next = window.state.lock().unwrap().next;
+                window.release(next);
+                std::thread::yield_now();
+            }
+            let claimed: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+            assert_eq!(claimed, total);
+            let hinted = hinter.join().unwrap();
+            for pair in hinted.windows(2) {
+                assert!(
+                    pair[0].end <= pair[1].start,
+                    "hinted twice or out of order: {pair:?}"
+                );
+            }
+        }
+    }
+
     /// Threads made inactive wait without claiming, and wake when activated or cancelled.
     #[test]
     fn window_parks_inactive_threads_until_activated_or_cancelled() {
@@ -1385,7 +1535,7 @@ mod tests {
     }
 
     fn parking_scenario() {
-        let window = Arc::new(Window::new(4, 100, 1, 1));
+        let window = Arc::new(Window::new(4, 100, 1, 1, 0));
         let w = window.clone();
         let parked = std::thread::spawn(move || w.claim_as(1));
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
-use imagefeed::{Batch, Dtype, Layout, Loader, ResizeMode, Source};
+use imagefeed::{Batch, Dtype, Layout, Loader, OnError, ResizeMode, Source};
 use proptest::prelude::*;
 
 use crate::common::{self, id_label, IdCorpus};
@@ -231,6 +231,62 @@ fn issue_2_same_seed_bit_identical_at_any_thread_count() {
             );
         }
     }
+}
+
+/// Readahead hints files to the kernel and nothing else: any depth (off, one file, the
+/// default, deeper than the epoch) gives the same batches, missing and damaged files still
+/// fail where they did, and a depth past the cap is refused.
+#[test]
+fn readahead_changes_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = common::corpus(64, 0);
+    let mut entries: Vec<(PathBuf, u32)> = std::fs::read_to_string(corpus.join("files.txt"))
+        .unwrap()
+        .lines()
+        .take(30)
+        .map(|l| {
+            let (path, label) = l.split_once('\t').unwrap();
+            (corpus.join(path), label.parse().unwrap())
+        })
+        .collect();
+    let damaged = dir.path().join("damaged.jpg");
+    std::fs::write(&damaged, b"\xff\xd8\xff\xe0 not a jpeg").unwrap();
+    entries.push((damaged, 3));
+    entries.push((dir.path().join("missing.jpg"), 4));
+    entries.push((dir.path().to_path_buf(), 5));
+    let source = Source::from_entries(entries).unwrap();
+    let run = |readahead: usize| {
+        let loader = Loader::builder(source.clone())
+            .batch_size(7)
+            .seed(5)
+            .decode_threads(2)
+            .readahead(readahead)
+            .image_size(32)
+            .dtype(Dtype::U8)
+            .on_error(OnError::Skip { max: 10 })
+            .build()
+            .unwrap();
+        let batches = common::collect_ok(loader.epoch(1));
+        let stats = loader.stats();
+        (fingerprint(&batches), stats.skipped)
+    };
+    let (off, skipped) = run(0);
+    assert_eq!(
+        skipped, 3,
+        "the damaged file, the missing one and the folder"
+    );
+    assert_eq!(off.iter().map(|b| b.1.len()).sum::<usize>(), 30);
+    for readahead in [1, 64, 1000] {
+        assert!(
+            run(readahead) == (off.clone(), 3),
+            "readahead {readahead} changed the output"
+        );
+    }
+    let err = Loader::builder(source)
+        .readahead(1 << 17)
+        .build()
+        .expect_err("a readahead past the cap is refused");
+    assert!(err.to_string().contains("readahead"), "{err}");
 }
 
 #[test]

@@ -1,0 +1,116 @@
+//! The readahead stage, for local files: one thread (`imagefeed-readahead`) walks the epoch's
+//! plan a fixed number of positions ahead of the decode threads and asks the kernel to start
+//! reading each file (`posix_fadvise(POSIX_FADV_WILLNEED)`), so that a decode thread finds its
+//! file in the page cache instead of waiting on the disk.
+//!
+//! A decode thread reads one file at a time and cannot decode while it waits for it; on files
+//! not in the page cache (the first epoch after a reboot, or any epoch of a dataset larger
+//! than RAM) that wait is the disk's latency for every image. The hints are asynchronous: the
+//! kernel reads the next [`Builder::readahead`](crate::Builder::readahead) files in the
+//! background, several at once, while the decode threads work. Only the hinting thread waits
+//! on metadata (opening each file), never a decode thread.
+//!
+//! Memory: none of the process's own. The hinted files go to the page cache, which the kernel
+//! may evict; at most `readahead` files (each under the decoder's file-size limit) are hinted
+//! and not yet read. The thread sleeps while it is `readahead` positions ahead and wakes when
+//! the decode threads have claimed half of them, so it costs a wake-up every `readahead / 2`
+//! images and three system calls an image (stat, open, fadvise; close).
+//!
+//! Nothing here can fail the epoch: a file that cannot be opened or is not a regular file is
+//! skipped, and its decode thread reports it as before.
+
+use std::path::{Path, PathBuf};
+
+use crate::pipeline::EpochShared;
+
+/// Whether this platform has the hint (`posix_fadvise`); elsewhere no thread starts.
+pub(crate) const SUPPORTED: bool = cfg!(target_os = "linux");
+
+/// The readahead thread's body: hints the plan's files until every position is hinted or
+/// claimed, or the epoch is cancelled.
+pub(crate) fn readahead_loop(shared: &EpochShared) {
+    let limit = shared.cfg.decode_settings().max_file_bytes();
+    let mut path = PathBuf::new();
+    while let Some(positions) = shared.window.to_hint() {
+        for seq in positions {
+            let index = shared.plan[seq] as usize;
+            shared.source.index.path_into(index, &mut path);
+            hint(&path, limit);
+        }
+    }
+}
+
+/// Asks the kernel to read the file at `path` into the page cache, if it is a regular file
+/// of at most `limit` bytes. Best effort: every failure is ignored.
+#[cfg(target_os = "linux")]
+pub(crate) fn hint(path: &Path, limit: u64) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Stat first, as a decode thread does: opening a device can have effects of its own.
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        _ => return,
+    }
+    // Non-blocking: if a FIFO replaced the file since the stat, opening it must not wait for
+    // a writer.
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+    else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else { return };
+    if !meta.is_file() || meta.len() > limit {
+        return;
+    }
+    if let Some(len) = std::num::NonZeroU64::new(meta.len()) {
+        let _ = rustix::fs::fadvise(&file, 0, Some(len), rustix::fs::Advice::WillNeed);
+    }
+}
+
+/// No hint on this platform.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn hint(_path: &Path, _limit: u64) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hinting_skips_what_is_not_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.jpg");
+        std::fs::write(&file, vec![7u8; 10_000]).unwrap();
+        // A regular file, one over the limit, an empty one, a folder, a missing path: none
+        // fails or blocks, and the file's bytes are untouched.
+        hint(&file, 1 << 20);
+        hint(&file, 100);
+        let empty = dir.path().join("empty.jpg");
+        std::fs::write(&empty, b"").unwrap();
+        hint(&empty, 1 << 20);
+        hint(dir.path(), 1 << 20);
+        hint(&dir.path().join("missing.jpg"), 1 << 20);
+        assert_eq!(std::fs::read(&file).unwrap(), vec![7u8; 10_000]);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn hinting_a_fifo_does_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.jpg");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: mkfifo is not available");
+            return;
+        }
+        // Opening a FIFO for reading without O_NONBLOCK waits for a writer; the stat skips it
+        // before the open, and the open would not wait either.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            hint(&fifo, 1 << 20);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("hinting a FIFO returned");
+    }
+}
