@@ -46,7 +46,9 @@
 //!
 //! - The consumer waits (high [`Stats::consumer_wait_fraction`]) and the CPU is busy: more
 //!   `decode_threads`, or an on-disk [`cache`](LoaderBuilder::cache) for later epochs.
-//! - Disk-bound (CPU idle, consumer waiting): the cache, or faster storage.
+//! - Disk-bound (CPU idle, consumer waiting): a deeper
+//!   [`readahead`](LoaderBuilder::readahead) (network file systems), the cache, or faster
+//!   storage.
 //! - Out of memory: a smaller `shuffle_buffer`, `prefetch`, `batch_size` or `max_pixels`, or a
 //!   half-precision [`Dtype`]; [`Loader::memory_budget`] shows which part is large.
 //! - Corrupt files stop the epoch: [`OnError::Skip`] skips them and lists them in

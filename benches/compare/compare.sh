@@ -6,7 +6,10 @@
 # usage: benches/compare/compare.sh [LIST] [THREADS]
 #   LIST: a files.txt (default: a 5,000-image corpus written by `imagefeed corpus` to
 #   $TMPDIR/imagefeed-compare); THREADS: decode threads (default 2). ROUNDS=N in the environment:
-#   how many times the cold runs alternate (default 3; medians are compared).
+#   how many times the cold runs alternate (default 3; medians are compared). DISK_ROUNDS=N:
+#   also time first epochs on files not in the page cache (each run after `echo 3 >
+#   /proc/sys/vm/drop_caches`, which needs root): imagefeed, imagefeed with `--readahead 0`
+#   and tf.data, N rounds (default 0: skipped).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${2:-2}
@@ -61,6 +64,40 @@ for r in $(seq 1 "$rounds"); do
     "run_$tool" "$r"
   done
 done
+# First epochs on files not in the page cache: what a dataset larger than RAM meets every epoch.
+disk_rounds=${DISK_ROUNDS:-0}
+if [ "$disk_rounds" -gt 0 ] && ! [ -w /proc/sys/vm/drop_caches ]; then
+  echo "== files not in the page cache: skipped (writing /proc/sys/vm/drop_caches needs root)" >&2
+  disk_rounds=0
+fi
+evict() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+run_disk_imagefeed() {
+  evict
+  "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --epochs 1 --json >> "$out/disk.json"
+}
+run_disk_noreadahead() {
+  evict
+  "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --epochs 1 --readahead 0 --json >> "$out/disk_noreadahead.json"
+}
+run_disk_tf() {
+  if [ "$have_tf" = 1 ]; then
+    evict
+    python3 benches/compare/tf_pipeline.py "$list" >> "$out/disk_tf.json"
+  fi
+}
+for r in $(seq 1 "$disk_rounds"); do
+  case $(( (r - 1) % 3 )) in
+    0) order="imagefeed noreadahead tf" ;;
+    1) order="noreadahead tf imagefeed" ;;
+    2) order="tf imagefeed noreadahead" ;;
+  esac
+  echo "== files not in the page cache, round $r/$disk_rounds ($order): first epochs after dropping the page cache" >&2
+  for tool in $order; do
+    "run_disk_$tool"
+  done
+done
+# The timed runs that follow start from a warm page cache again.
+[ "$disk_rounds" -gt 0 ] && "$bin" floor "$list" --threads "$threads" --psnr-images 0 > /dev/null
 echo "== imagefeed: cold epoch writing the cache, then 2 cached epochs" >&2
 "$bin" bench "$list" --batch-size 64 --threads "$threads" --shuffle-buffer 1000 --epochs 3 --cache "$cache" --json > "$out/cached.json"
 if [ "$have_tf" = 1 ]; then
@@ -123,6 +160,16 @@ if tf:
     t = {"images_per_sec": med(tf, "images_per_sec"), "peak_rss_bytes": max(r["peak_rss_bytes"] for r in tf)}
     print(f"tf.data cold epoch        {t['images_per_sec']:8.0f} images/s (median of {runs(tf, 'images_per_sec')})  peak RSS {mb(t['peak_rss_bytes']):7.1f} MB (highest)")
     print(f"ratio imagefeed / tf.data cold: {ic['images_per_sec'] / t['images_per_sec']:.2f}x speed (medians; per round: " + ", ".join(f"{a['images_per_sec'] / b['images_per_sec']:.2f}" for a, b in zip(cold, tf)) + f"), {ic['peak_rss_bytes'] / t['peak_rss_bytes']:.2f}x peak RSS")
+disk, disk0, disk_tf = rows("disk.json"), rows("disk_noreadahead.json"), rows("disk_tf.json")
+if disk:
+    d = med(disk, "images_per_sec")
+    print(f"files not in the page cache: imagefeed {d:.0f} images/s (median of {runs(disk, 'images_per_sec')})")
+    if disk0:
+        d0 = med(disk0, "images_per_sec")
+        print(f"files not in the page cache: imagefeed --readahead 0 {d0:.0f} images/s (median of {runs(disk0, 'images_per_sec')}); readahead gains {d / d0:.2f}x")
+    if disk_tf:
+        dt = med(disk_tf, "images_per_sec")
+        print(f"files not in the page cache: tf.data {dt:.0f} images/s (median of {runs(disk_tf, 'images_per_sec')}); ratio imagefeed / tf.data {d / dt:.2f}x (medians; per round: " + ", ".join(f"{a['images_per_sec'] / b['images_per_sec']:.2f}" for a, b in zip(disk, disk_tf)) + ")")
 if tfc:
     for r in tfc:
         print(f"tf.data .cache() epoch {r['epoch']}  {r['images_per_sec']:8.0f} images/s  peak RSS {mb(r['peak_rss_bytes']):7.1f} MB")
