@@ -578,7 +578,8 @@ impl LoaderBuilder {
     /// one at a time by a decode thread that waits for each. It matters for the first epoch
     /// after a reboot and for datasets larger than RAM; raise it for network file systems,
     /// whose latency is higher. Memory: none of the process's; the files go to the page cache,
-    /// which the kernel can evict. Tar shards and objects are read ahead by their fetch stage
+    /// which the kernel can evict, at most 64 MiB of them not yet claimed by a decode thread
+    /// (further files wait their turn or are read by their decode thread). Tar shards and objects are read ahead by their fetch stage
     /// instead, and an epoch that reads a complete cache reads no files.
     pub fn readahead(mut self, files: usize) -> Self {
         self.cfg.readahead = files;

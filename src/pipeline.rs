@@ -161,9 +161,9 @@ impl Window {
 
     /// The next positions for the readahead thread to hint: from the last one it hinted (or
     /// the next claim, if the decode threads have passed it) up to `readahead` positions
-    /// past the next claim. Waits while it is that far ahead; `None` once every position has
-    /// been hinted or claimed, or the epoch is cancelled.
-    pub(crate) fn to_hint(&self) -> Option<std::ops::Range<usize>> {
+    /// past the next claim, with the next claim. Waits while it is that far ahead; `None`
+    /// once every position has been hinted or claimed, or the epoch is cancelled.
+    pub(crate) fn to_hint(&self) -> Option<(std::ops::Range<usize>, usize)> {
         if self.readahead == 0 {
             return None;
         }
@@ -176,7 +176,7 @@ impl Window {
             let to = (s.next + self.readahead).min(self.total);
             if from < to {
                 s.hinted = to;
-                return Some(from..to);
+                return Some((from..to, s.next));
             }
             s.hinter_waiting = true;
             s = self.hint.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -197,6 +197,11 @@ impl Window {
             }
             s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// The next position a decode thread will claim (the ones before it are claimed).
+    pub(crate) fn claimed(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).next
     }
 
     /// Sets how many decode threads work (autotune).
@@ -1451,7 +1456,7 @@ mod tests {
     fn readahead_scenarios() {
         // Nothing claimed: the first range is the depth, then it waits.
         let window = Arc::new(Window::new(8, 100, 1, 1, 10));
-        assert_eq!(window.to_hint(), Some(0..10));
+        assert_eq!(window.to_hint(), Some((0..10, 0)));
         let w = window.clone();
         let waiting = std::thread::spawn(move || w.to_hint());
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -1469,7 +1474,7 @@ mod tests {
             "woken before half the depth was claimed"
         );
         assert_eq!(window.claim(), Some(4));
-        assert_eq!(waiting.join().unwrap(), Some(10..15));
+        assert_eq!(waiting.join().unwrap(), Some((10..15, 5)));
         // Cancelling wakes a waiting hinter, which ends.
         let w = window.clone();
         let waiting = std::thread::spawn(move || w.to_hint());
@@ -1489,8 +1494,12 @@ mod tests {
             let w = window.clone();
             let hinter = std::thread::spawn(move || {
                 let mut hinted = Vec::new();
-                while let Some(r) = w.to_hint() {
+                while let Some((r, claimed)) = w.to_hint() {
                     assert!(r.start < r.end && r.end - r.start <= depth && r.end <= total);
+                    assert!(
+                        r.start >= claimed && r.end <= claimed + depth,
+                        "{r:?} {claimed}"
+                    );
                     hinted.push(r);
                     if hinted.len() % 7 == 0 {
                         std::thread::yield_now();

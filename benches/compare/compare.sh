@@ -53,17 +53,22 @@ run_tf() {
     python3 benches/compare/tf_pipeline.py "$list" >> "$out/tf.json"
   fi
 }
-for r in $(seq 1 "$rounds"); do
-  case $(( (r - 1) % 3 )) in
-    0) order="imagefeed floor tf" ;;
-    1) order="floor tf imagefeed" ;;
-    2) order="tf imagefeed floor" ;;
-  esac
-  echo "== round $r/$rounds ($order): imagefeed cold epoch (batch 64, shuffle buffer 1000, f32 160x160), decode floor, tf.data cold" >&2
-  for tool in $order; do
-    "run_$tool" "$r"
+# rotate N PREFIX WHAT TOOL...: N rounds of `run_PREFIXTOOL ROUND` for each tool, the order
+# rotating by one each round.
+rotate() {
+  local n=$1 prefix=$2 what=$3
+  shift 3
+  local tools=("$@") r k order
+  for r in $(seq 1 "$n"); do
+    k=$(( (r - 1) % ${#tools[@]} ))
+    order="${tools[*]:k} ${tools[*]:0:k}"
+    echo "== $what, round $r/$n (${order% }):" >&2
+    for tool in $order; do
+      "run_$prefix$tool" "$r"
+    done
   done
-done
+}
+rotate "$rounds" "" "imagefeed cold epoch (batch 64, shuffle buffer 1000, f32 160x160), decode floor, tf.data cold" imagefeed floor tf
 # First epochs on files not in the page cache: what a dataset larger than RAM meets every epoch.
 disk_rounds=${DISK_ROUNDS:-0}
 if [ "$disk_rounds" -gt 0 ] && ! [ -w /proc/sys/vm/drop_caches ]; then
@@ -85,17 +90,7 @@ run_disk_tf() {
     python3 benches/compare/tf_pipeline.py "$list" >> "$out/disk_tf.json"
   fi
 }
-for r in $(seq 1 "$disk_rounds"); do
-  case $(( (r - 1) % 3 )) in
-    0) order="imagefeed noreadahead tf" ;;
-    1) order="noreadahead tf imagefeed" ;;
-    2) order="tf imagefeed noreadahead" ;;
-  esac
-  echo "== files not in the page cache, round $r/$disk_rounds ($order): first epochs after dropping the page cache" >&2
-  for tool in $order; do
-    "run_disk_$tool"
-  done
-done
+rotate "$disk_rounds" disk_ "files not in the page cache: first epochs after dropping the page cache" imagefeed noreadahead tf
 # The timed runs that follow start from a warm page cache again.
 [ "$disk_rounds" -gt 0 ] && "$bin" floor "$list" --threads "$threads" --psnr-images 0 > /dev/null
 echo "== imagefeed: cold epoch writing the cache, then 2 cached epochs" >&2
