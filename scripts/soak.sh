@@ -3,11 +3,12 @@
 # peak RSS and skipped count of every epoch: after the buffer pools have filled (first half) the
 # peak must not grow, and the skipped count must not change.
 #
-# usage: scripts/soak.sh [IMAGES] [EPOCHS]     (defaults: 2000 images, 20 epochs)
+# usage: scripts/soak.sh [IMAGES] [EPOCHS] [BENCH OPTIONS...]   (defaults: 2000 images, 20 epochs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-2000}
 epochs=${2:-20}
+shift $(( $# < 2 ? $# : 2 ))
 cargo build --release --quiet
 bin=target/release/imagefeed
 dir=$(mktemp -d)
@@ -30,7 +31,7 @@ for f in $(awk -F'\t' '{print $1}' "$dir/files.txt" | awk 'NR % 50 == 25' | head
   i=$(( i + 1 ))
 done
 echo "soak: $n images, $broken broken, $epochs epochs, --on-error skip" >&2
-"$bin" bench "$dir/files.txt" --on-error skip --epochs "$epochs" --json 2>/dev/null | python3 -c '
+"$bin" bench "$dir/files.txt" --on-error skip --epochs "$epochs" --json "$@" 2>/dev/null | python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin]
 for r in rows:

@@ -298,6 +298,9 @@ impl Batches {
                 panicked.get_or_insert_with(|| Error::worker_panicked(stage, None, &*payload));
             }
         }
+        if let Some(Err(payload)) = running.hints.map(|h| h.wait()) {
+            panicked.get_or_insert_with(|| Error::worker_panicked("readahead", None, &*payload));
+        }
         panicked
     }
 }

@@ -12,9 +12,10 @@
 //!               bounded(window + shuffle + 2)         bounded(1)
 //! ```
 //!
-//! - **Readahead** (`imagefeed-readahead`, local files only, `readahead.rs`) walks the plan up
-//!   to `readahead` positions past the next claim and asks the kernel to read those files, so
-//!   that decode threads do not wait on the disk; it waits on the window like the decoders.
+//! - **Readahead** (`imagefeed-readahead`, local files only, `readahead.rs`; the loader's, kept
+//!   between epochs) walks the plan up to `readahead` positions past the next claim and asks
+//!   the kernel to read those files, so that decode threads do not wait on the disk; it waits
+//!   on the window like the decoders, and a cancelled or finished epoch ends its part.
 //! - **Decode threads** (`imagefeed-decode-N`, owned by the loader, one set per epoch) claim
 //!   the next position of the epoch's plan from the [`Window`], which lets them run at most
 //!   `window` positions ahead of the batcher. They read, decode, resize and orient into a `u8`
@@ -461,6 +462,8 @@ pub(crate) struct Pools {
     batches: (Sender<BatchParts>, Receiver<BatchParts>),
     /// Per-thread decoders (buffers, libjpeg-turbo handles) between epochs.
     decoders: Arc<Mutex<Vec<Decoder>>>,
+    /// The readahead thread, kept between epochs.
+    readahead: Arc<readahead::Worker>,
 }
 
 impl Pools {
@@ -474,6 +477,7 @@ impl Pools {
             // batch is never freed and a new one never allocated in steady state.
             batches: bounded(cfg.max_prefetch() + 2),
             decoders: Arc::new(Mutex::new(Vec::new())),
+            readahead: Arc::new(readahead::Worker::default()),
         }
     }
 }
@@ -489,6 +493,8 @@ struct Loaded {
 pub(crate) struct Running {
     pub(crate) rx: Receiver<Result<Batch, Error>>,
     pub(crate) handles: Vec<(&'static str, JoinHandle<()>)>,
+    /// The epoch's readahead, if it has one: ends once the window is cancelled or done.
+    pub(crate) hints: Option<readahead::Started>,
     pub(crate) window: Arc<Window>,
 }
 
@@ -734,6 +740,7 @@ pub(crate) fn start(
     // The prefetch queue: ready batches ahead of the consumer.
     let (batch_tx, batch_rx) = bounded(queue);
     let mut handles = Vec::with_capacity(spawned_threads + 2);
+    let mut hints = None;
     // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
     let fetch = crate::fetch::byte_bound(&shared.source).map(|bound| {
         let (tx, rx) = bounded::<Fetched>(window_size);
@@ -749,12 +756,7 @@ pub(crate) fn start(
             handles.push(("fetch", h));
         }
         if readahead > 0 {
-            let shared = shared.clone();
-            let h = std::thread::Builder::new()
-                .name("imagefeed-readahead".into())
-                .spawn(move || readahead::readahead_loop(&shared))
-                .map_err(Error::spawn)?;
-            handles.push(("readahead", h));
+            hints = Some(pools.readahead.start(&shared, readahead)?);
         }
         for t in 0..spawned_threads {
             let shared = shared.clone();
@@ -782,11 +784,15 @@ pub(crate) fn start(
         for (_, h) in handles {
             let _ = h.join();
         }
+        if let Some(hints) = hints {
+            let _ = hints.wait();
+        }
         return Err(e);
     }
     Ok(Running {
         rx: batch_rx,
         handles,
+        hints,
         window,
     })
 }

@@ -26,11 +26,11 @@ fn long_source() -> Source {
     .unwrap()
 }
 
-/// Waits up to a second for the thread count to come back to `baseline` (a joined thread may
-/// still be counted for a moment after `join` returns, and a dropped rayon pool's threads exit
-/// on their own) and returns the last count.
+/// Waits up to five seconds for the thread count to come back to `baseline` (a joined thread
+/// may still be counted for a moment after `join` returns, and a dropped rayon pool's threads
+/// exit on their own, later on a loaded machine) and returns the last count.
 fn threads_settle(baseline: u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let now = procinfo::thread_count().unwrap();
         if now <= baseline || Instant::now() > deadline {
@@ -432,4 +432,61 @@ fn issue_6_batches_outlive_their_loader() {
     let mut seen = common::indices_of(&batches);
     seen.sort_unstable();
     assert_eq!(seen, (0..12).collect::<Vec<u64>>());
+}
+
+/// Waits up to a second for the number of readahead threads to be `n`; returns the last count.
+fn readahead_threads(n: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let now = common::thread_names()
+            .iter()
+            .filter(|name| name.starts_with("imagefeed-read"))
+            .count();
+        if now == n || Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The readahead thread belongs to the loader: one across its epochs, a second one only while
+/// two epochs run at once (joined with that epoch), none once the loader is dropped; and two
+/// epochs at once deliver what each delivers alone.
+#[test]
+fn the_readahead_thread_is_the_loaders_and_ends_with_it() {
+    if !common::runs_in_child("shutdown::the_readahead_thread_is_the_loaders_and_ends_with_it") {
+        return;
+    }
+    if !cfg!(target_os = "linux") {
+        println!("skipped: readahead runs on Linux only");
+        return;
+    }
+    let corpus = IdCorpus::new(300);
+    let loader = Loader::builder(corpus.source())
+        .batch_size(10)
+        .image_size(8)
+        .dtype(Dtype::U8)
+        .decode_threads(2)
+        .readahead(8)
+        .build()
+        .unwrap();
+    let alone: Vec<Vec<u64>> = (0..4)
+        .map(|e| common::indices_of(&common::collect_ok(loader.epoch(e))))
+        .collect();
+    assert_eq!(readahead_threads(1), 1, "{:?}", common::thread_names());
+    let loader = std::sync::Arc::new(loader);
+    let l = loader.clone();
+    let together = common::with_timeout(Duration::from_secs(30), move || {
+        let mut first = l.epoch(2);
+        let head = first.next().unwrap().unwrap();
+        // The loader's thread runs epoch 2's hints: epoch 3 gets its own.
+        let second = common::collect_ok(l.epoch(3));
+        let mut first_all = vec![head];
+        first_all.extend(first.map(|b| b.unwrap()));
+        (common::indices_of(&first_all), common::indices_of(&second))
+    });
+    assert_eq!(together, (alone[2].clone(), alone[3].clone()));
+    assert_eq!(readahead_threads(1), 1, "{:?}", common::thread_names());
+    drop(loader);
+    assert_eq!(readahead_threads(0), 0, "{:?}", common::thread_names());
 }
