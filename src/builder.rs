@@ -571,16 +571,17 @@ impl LoaderBuilder {
         self
     }
 
-    /// Local files hinted to the kernel ahead of the decode threads (default 64; 0 turns it
-    /// off; at most 65,536). A thread of the loader's asks the kernel to read that many files
-    /// past the next one to decode (`posix_fadvise(WILLNEED)`, Linux only), so that files not
-    /// in the page cache are read from disk in the background, several at once, instead of
-    /// one at a time by a decode thread that waits for each. It matters for the first epoch
-    /// after a reboot and for datasets larger than RAM; raise it for network file systems,
-    /// whose latency is higher. Memory: none of the process's; the files go to the page cache,
-    /// which the kernel can evict, at most 64 MiB of them not yet claimed by a decode thread
-    /// (further files wait their turn or are read by their decode thread). Tar shards and objects are read ahead by their fetch stage
-    /// instead, and an epoch that reads a complete cache reads no files.
+    /// Samples hinted to the kernel ahead of the decode threads (default 64; 0 turns it off; at
+    /// most 65,536). A thread of the loader's asks the kernel to read that many samples past the
+    /// next one to decode (Linux only): their local files (`posix_fadvise(WILLNEED)`) or, in an
+    /// epoch that reads a complete [`cache`](Self::cache), their records (`madvise(WILLNEED)`).
+    /// Data not in the page cache is then read from disk in the background, several reads at
+    /// once, instead of one at a time by a decode thread that waits for each. It matters for the
+    /// first epoch after a reboot and for datasets (or caches) larger than RAM; raise it for
+    /// network file systems, whose latency is higher. Memory: none of the process's; the data
+    /// goes to the page cache, which the kernel can evict, at most 64 MiB of it not yet claimed
+    /// by a decode thread (further files wait their turn or are read by their decode thread).
+    /// Tar shards and objects are read ahead by their fetch stage instead.
     pub fn readahead(mut self, files: usize) -> Self {
         self.cfg.readahead = files;
         self

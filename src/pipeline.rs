@@ -690,12 +690,11 @@ pub(crate) fn start(
     } else {
         (threads, knobs.prefetch)
     };
-    // Local files are hinted to the kernel ahead of the decode threads, unless the epoch
-    // reads a complete cache (no files are read) or the platform has no such hint.
+    // Local files, or the records of a complete cache the epoch reads (whatever the source),
+    // are hinted to the kernel ahead of the decode threads where the platform has such hints.
+    // Tar shards and objects are read ahead by the fetch stage.
     let readahead = match (&source.backing, &cache_mode) {
-        (Backing::Files, EpochCache::Off | EpochCache::Write(_)) if readahead::SUPPORTED => {
-            cfg.readahead
-        }
+        (_, EpochCache::Read(_)) | (Backing::Files, _) if readahead::SUPPORTED => cfg.readahead,
         _ => 0,
     };
     let window = Arc::new(Window::new(

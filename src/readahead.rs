@@ -1,7 +1,9 @@
 //! The readahead stage, for local files: a thread of the loader's (`imagefeed-readahead`, kept
 //! between epochs: see [`Worker`]) walks the epoch's plan a fixed number of positions ahead of the decode threads and asks the kernel to start
 //! reading each file (`posix_fadvise(POSIX_FADV_WILLNEED)`), so that a decode thread finds its
-//! file in the page cache instead of waiting on the disk.
+//! file in the page cache instead of waiting on the disk. In an epoch that reads a complete
+//! cache it hints the samples' records in the mapped cache file instead (`madvise(WILLNEED)`),
+//! whatever the source.
 //!
 //! A decode thread reads one file at a time and cannot decode while it waits for it; on files
 //! not in the page cache (the first epoch after a reboot, or any epoch of a dataset larger
@@ -28,6 +30,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
+use crate::cache::EpochCache;
 use crate::error::Error;
 use crate::pipeline::EpochShared;
 
@@ -184,12 +187,17 @@ struct Scratch {
     ahead: Ahead,
 }
 
-/// Hints `shared`'s plan `depth` files ahead of its decode threads until every position is
-/// hinted or claimed, or the epoch is cancelled.
+/// Hints `shared`'s plan `depth` samples ahead of its decode threads until every position is
+/// hinted or claimed, or the epoch is cancelled: the samples' files, or their records when the
+/// epoch reads a complete cache.
 fn run(shared: &EpochShared, depth: usize, scratch: &mut Scratch) {
     let Scratch { path, ahead } = scratch;
     ahead.start(READAHEAD_BYTES, depth);
     let limit = shared.cfg.decode_settings().max_file_bytes();
+    let cache = match &shared.cache_mode {
+        EpochCache::Read(map) => Some(map),
+        _ => None,
+    };
     while let Some((positions, claimed)) = shared.window.to_hint() {
         ahead.let_go(claimed);
         for seq in positions {
@@ -197,11 +205,19 @@ fn run(shared: &EpochShared, depth: usize, scratch: &mut Scratch) {
             if seq % 16 == 0 && shared.window.is_cancelled() {
                 return;
             }
-            let index = shared.plan[seq] as usize;
-            shared.source.index.path_into(index, path);
-            hint(path, limit, |len| {
-                ahead.admit(seq, len, || shared.window.claimed())
-            });
+            let index = shared.plan[seq];
+            let mut admit = |len| ahead.admit(seq, len, || shared.window.claimed());
+            match cache {
+                Some(map) => {
+                    if admit(map.header.record_len()) {
+                        map.will_need(u64::from(index));
+                    }
+                }
+                None => {
+                    shared.source.index.path_into(index as usize, path);
+                    hint(path, limit, admit);
+                }
+            }
         }
     }
 }

@@ -299,13 +299,32 @@ impl CacheMap {
 
     /// The bytes of record `i`, or `None` if out of range.
     pub(crate) fn record(&self, i: u64) -> Option<&[u8]> {
+        self.map.get(self.span(i)?)
+    }
+
+    /// Where record `i` lies in the mapping, if it is in range.
+    fn span(&self, i: u64) -> Option<std::ops::Range<usize>> {
         let start = usize::try_from(self.header.record_offset(i)?).ok()?;
         let end = start.checked_add(usize::try_from(self.header.record_len()).ok()?)?;
-        self.map.get(start..end)
+        (end <= self.map.len()).then_some(start..end)
     }
 
     pub(crate) fn len_bytes(&self) -> u64 {
         self.map.len() as u64
+    }
+
+    /// Asks the kernel to read record `i` into the page cache ahead of use (`madvise(WILLNEED)`:
+    /// the mapping is advised random access, so a page fault reads only around itself, one
+    /// record at a time). Best effort; nothing for a record out of range.
+    pub(crate) fn will_need(&self, i: u64) {
+        #[cfg(unix)]
+        if let Some(span) = self.span(i) {
+            let _ = self
+                .map
+                .advise_range(memmap2::Advice::WillNeed, span.start, span.len());
+        }
+        #[cfg(not(unix))]
+        let _ = i;
     }
 }
 

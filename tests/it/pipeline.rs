@@ -289,6 +289,41 @@ fn readahead_changes_no_output() {
     assert!(err.to_string().contains("readahead"), "{err}");
 }
 
+/// The records of a complete cache are hinted the same way (`madvise(WILLNEED)`), and that
+/// changes nothing either: epochs that read the cache give the same batches at any depth, all
+/// from the cache.
+#[test]
+fn readahead_over_a_cache_changes_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = common::subset(&common::corpus_source(), 40);
+    let run = |readahead: usize| {
+        let loader = Loader::builder(source.clone())
+            .batch_size(7)
+            .seed(3)
+            .image_size(32)
+            .dtype(Dtype::U8)
+            .cache(dir.path().join("samples.cache"))
+            .readahead(readahead)
+            .build()
+            .unwrap();
+        let first = fingerprint(&common::collect_ok(loader.epoch(0)));
+        let first_hits = loader.stats().cache_hits;
+        let second = fingerprint(&common::collect_ok(loader.epoch(1)));
+        (first, first_hits, second, loader.stats().cache_hits)
+    };
+    // The first run writes the cache in its epoch 0 and reads it in epoch 1.
+    let (written, hits, read, read_hits) = run(0);
+    assert_eq!((hits, read_hits), (0, 40));
+    for readahead in [0, 1, 64] {
+        let (first, hits, second, second_hits) = run(readahead);
+        assert_eq!((hits, second_hits), (40, 40), "readahead {readahead}");
+        assert!(
+            first == written && second == read,
+            "readahead {readahead} changed the output"
+        );
+    }
+}
+
 #[test]
 fn issue_2_dtypes_and_layouts_agree_with_u8() {
     let source = common::subset(&common::corpus_source(), 12);
