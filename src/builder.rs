@@ -582,8 +582,8 @@ impl LoaderBuilder {
     /// goes to the page cache, which the kernel can evict, at most 64 MiB of it not yet claimed
     /// by a decode thread (further files wait their turn or are read by their decode thread).
     /// Tar shards and objects are read ahead by their fetch stage instead.
-    pub fn readahead(mut self, files: usize) -> Self {
-        self.cfg.readahead = files;
+    pub fn readahead(mut self, samples: usize) -> Self {
+        self.cfg.readahead = samples;
         self
     }
 

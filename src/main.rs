@@ -118,8 +118,9 @@ struct BenchArgs {
     /// Ready batches queued ahead of the consumer.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
-    /// Local files hinted to the kernel ahead of the decode threads, so that files not in the
-    /// page cache are read in the background (0: off).
+    /// Samples hinted to the kernel ahead of the decode threads (their local files, or their
+    /// records in a complete cache), so that data not in the page cache is read in the
+    /// background (0: off).
     #[arg(long, default_value_t = 64)]
     readahead: usize,
     /// Adapt decode threads and prefetch depth every second while an epoch runs (the summary

@@ -12,10 +12,11 @@
 //!               bounded(window + shuffle + 2)         bounded(1)
 //! ```
 //!
-//! - **Readahead** (`imagefeed-readahead`, local files only, `readahead.rs`; the loader's, kept
-//!   between epochs) walks the plan up to `readahead` positions past the next claim and asks
-//!   the kernel to read those files, so that decode threads do not wait on the disk; it waits
-//!   on the window like the decoders, and a cancelled or finished epoch ends its part.
+//! - **Readahead** (`imagefeed-readahead`, `readahead.rs`; the loader's, kept between epochs)
+//!   walks the plan up to `readahead` positions past the next claim and asks the kernel to
+//!   read those samples' local files, or their records in a complete cache the epoch reads, so
+//!   that decode threads do not wait on the disk; it waits on the window like the decoders,
+//!   and a cancelled or finished epoch ends its part.
 //! - **Decode threads** (`imagefeed-decode-N`, owned by the loader, one set per epoch) claim
 //!   the next position of the epoch's plan from the [`Window`], which lets them run at most
 //!   `window` positions ahead of the batcher. They read, decode, resize and orient into a `u8`
@@ -138,20 +139,26 @@ impl Window {
             if thread >= s.active {
                 s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
             } else if s.next < s.released + self.size {
-                s.next += 1;
-                if s.next == self.total {
-                    // The last position: the threads still waiting for room can stop.
-                    self.wake_all();
-                } else if s.hinter_waiting && s.hinted <= s.next + self.readahead / 2 {
-                    self.hint.notify_one();
-                }
-                return Some(s.next - 1);
+                return Some(self.take_next(&mut s));
             } else {
                 s.waiting_for_room += 1;
                 s = self.room.wait(s).unwrap_or_else(|e| e.into_inner());
                 s.waiting_for_room -= 1;
             }
         }
+    }
+
+    /// Claims the next position (there is room): wakes the threads still waiting for room
+    /// when it is the last one, and the readahead thread when it waits and the claims have
+    /// come within half its depth of what it hinted.
+    fn take_next(&self, s: &mut WindowState) -> usize {
+        s.next += 1;
+        if s.next == self.total {
+            self.wake_all();
+        } else if s.hinter_waiting && s.hinted <= s.next + self.readahead / 2 {
+            self.hint.notify_one();
+        }
+        s.next - 1
     }
 
     fn wake_all(&self) {
@@ -236,8 +243,7 @@ impl Window {
         if s.cancelled || s.next >= self.total {
             TryClaim::Done
         } else if s.next < s.released + self.size {
-            s.next += 1;
-            TryClaim::Got(s.next - 1)
+            TryClaim::Got(self.take_next(&mut s))
         } else {
             TryClaim::Full
         }

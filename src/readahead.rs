@@ -1,16 +1,16 @@
-//! The readahead stage, for local files: a thread of the loader's (`imagefeed-readahead`, kept
-//! between epochs: see [`Worker`]) walks the epoch's plan a fixed number of positions ahead of the decode threads and asks the kernel to start
-//! reading each file (`posix_fadvise(POSIX_FADV_WILLNEED)`), so that a decode thread finds its
-//! file in the page cache instead of waiting on the disk. In an epoch that reads a complete
-//! cache it hints the samples' records in the mapped cache file instead (`madvise(WILLNEED)`),
-//! whatever the source.
+//! The readahead stage: a thread of the loader's (`imagefeed-readahead`, kept between epochs:
+//! see [`Worker`]) walks the epoch's plan a fixed number of positions ahead of the decode
+//! threads and asks the kernel to start reading each sample's local file
+//! (`posix_fadvise(POSIX_FADV_WILLNEED)`), so that a decode thread finds its file in the page
+//! cache instead of waiting on the disk. In an epoch that reads a complete cache it hints the
+//! samples' records in the mapped cache file instead (`madvise(WILLNEED)`), whatever the source.
 //!
 //! A decode thread reads one file at a time and cannot decode while it waits for it; on files
 //! not in the page cache (the first epoch after a reboot, or any epoch of a dataset larger
 //! than RAM) that wait is the disk's latency for every image. The hints are asynchronous: the
-//! kernel reads the next [`LoaderBuilder::readahead`](crate::LoaderBuilder::readahead) files in the
-//! background, several at once, while the decode threads work. Only the hinting thread waits
-//! on metadata (opening each file), never a decode thread.
+//! kernel reads the next [`LoaderBuilder::readahead`](crate::LoaderBuilder::readahead) files
+//! in the background, several at once, while the decode threads work. Only the hinting thread
+//! waits on metadata (opening each file), never a decode thread.
 //!
 //! Memory: none of the process's own. The hinted files go to the page cache, which the kernel
 //! may evict: at most `readahead` files and [`READAHEAD_BYTES`] that the decode threads have not
