@@ -10,7 +10,7 @@ Usage:
 Optional second argument: the output folder (default: the folder holding this script).
 
 Needs: python3 with Pillow (with LittleCMS, i.e. PIL.ImageCms) and numpy; libjpeg-turbo-progs
-(cjpeg, djpeg); imagemagick (convert; /usr/bin/convert is preferred when it exists); exiftool;
+(cjpeg, djpeg, jpegtran); imagemagick (convert; /usr/bin/convert is preferred when it exists); exiftool;
 cwebp; dpkg (only when a .deb is given).
 
 Why not gnome-backgrounds: Debian's gnome-backgrounds 43.1-1 contains no photographs at all (only
@@ -192,6 +192,11 @@ def build(bg, out, tmp):
     cjpeg(base, V("s422.jpg"), "-quality", "85", "-sample", "2x1")
     cjpeg(base, V("s444.jpg"), "-quality", "85", "-sample", "1x1")
     cjpeg(base, V("restart.jpg"), "-quality", "85", "-sample", "2x2", "-restart", "1")
+    # baseline_420.jpg's coefficients (lossless transcode), one scan per colour component.
+    scans = os.path.join(tmp, "noninterleaved.scans")
+    with open(scans, "w") as f:
+        f.write("0;\n1;\n2;\n")
+    run(["jpegtran", "-scans", scans, "-outfile", V("noninterleaved.jpg"), V("baseline_420.jpg")])
 
     prog = m[3].resize((320, 480), Image.Resampling.LANCZOS)    # photo_3, portrait
     cjpeg(prog, V("progressive.jpg"), "-quality", "85", "-progressive")
@@ -366,6 +371,12 @@ def verify(out, tmp):
     ri = int.from_bytes(rst[dri[0] + 4:dri[0] + 6], "big") if dri else 0
     n_rst = sum(1 for i in range(scan, len(rst) - 1) if rst[i] == 0xFF and 0xD0 <= rst[i + 1] <= 0xD7)
     check(dri and ri == 25 and n_rst == 18, f"restart.jpg: DRI interval {ri} MCUs (one MCU row), {n_rst} RSTn markers")
+    ni = open(V("noninterleaved.jpg"), "rb").read()
+    sof = [mk for mk, _, _ in segments(ni)[0] if 0xC0 <= mk <= 0xCF and mk not in (0xC4, 0xC8, 0xCC)]
+    sos = [ni[i + 4] for i in range(len(ni) - 4) if ni[i] == 0xFF and ni[i + 1] == 0xDA]
+    same = run(["djpeg", "-ppm", V("noninterleaved.jpg")]).stdout == run(["djpeg", "-ppm", V("baseline_420.jpg")]).stdout
+    check(sof == [0xC0] and sos == [1, 1, 1] and same,
+          f"noninterleaved.jpg: SOF0, scans of {sos} components, djpeg output identical to baseline_420.jpg: {same}")
     icc = Image.open(V("icc.jpg")).info.get("icc_profile")
     check(icc and ImageCms.getProfileDescription(ImageCms.ImageCmsProfile(io.BytesIO(icc))).strip() == "sRGB built-in",
           f"icc.jpg carries a {len(icc)}-byte sRGB ICC profile (APP2 ICC_PROFILE)")

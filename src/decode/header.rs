@@ -98,6 +98,9 @@ pub(crate) struct JpegInfo {
     pub(crate) orientation: u8,
     /// The offset of the first scan's header (just after its SOS marker).
     pub(crate) scan_offset: usize,
+    /// Components in the first scan: fewer than `components` in a sequential frame means its
+    /// components are in separate scans (non-interleaved).
+    pub(crate) first_scan_components: u8,
 }
 
 /// Parses the JPEG markers up to the first SOS.
@@ -164,6 +167,7 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
                     hierarchical: matches!(code, 0xC5..=0xC7 | 0xCD..=0xCF),
                     orientation: 1,
                     scan_offset: 0,
+                    first_scan_components: 0,
                 });
             }
             0xDA => {
@@ -171,6 +175,8 @@ pub(crate) fn jpeg_info(b: &[u8]) -> Result<JpegInfo, String> {
                     info.ok_or_else(|| String::from("scan before the frame header (SOF)"))?;
                 i.orientation = orientation;
                 i.scan_offset = pos;
+                // An empty scan header is left to the decoders to report.
+                i.first_scan_components = seg.first().copied().unwrap_or(i.components);
                 return Ok(i);
             }
             0xE1 if seg.starts_with(b"Exif\0\0") => {
@@ -296,6 +302,12 @@ mod tests {
         );
         let i = jpeg_info(&sof(65000, 65000, 3, 0xC2)).unwrap();
         assert_eq!((i.width, i.height, i.progressive), (65000, 65000, true));
+        // The first scan's component count, from its header (an empty one: the frame's).
+        assert_eq!(i.first_scan_components, 3);
+        let mut one = sof(640, 480, 3, 0xC0);
+        one.truncate(one.len() - 2);
+        one.extend_from_slice(&[0, 8, 1, 2, 0x00, 0, 63, 0]);
+        assert_eq!(jpeg_info(&one).unwrap().first_scan_components, 1);
     }
 
     #[test]

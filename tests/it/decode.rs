@@ -165,8 +165,9 @@ fn png_exif_orientation_is_applied() {
 }
 
 /// Every file of `testdata/valid/`.
-const VALID: [&str; 25] = [
+const VALID: [&str; 26] = [
     "baseline_420.jpg",
+    "noninterleaved.jpg",
     "s422.jpg",
     "s444.jpg",
     "restart.jpg",
@@ -207,6 +208,9 @@ fn every_valid_file_decodes() {
         "a file of testdata/valid/ is not listed here"
     );
     for name in VALID {
+        if name == "noninterleaved.jpg" && !cfg!(feature = "turbojpeg") {
+            continue; // zune-jpeg refuses it: see the test below
+        }
         let px = decode_160(&dir.join(name));
         match name {
             "tiny_1x1.jpg" => {
@@ -251,6 +255,35 @@ fn every_valid_file_decodes() {
     }
 }
 
+/// `noninterleaved.jpg` holds `baseline_420.jpg`'s DCT coefficients with one scan per colour
+/// component. libjpeg-turbo decodes it to the same pixels; zune-jpeg 0.5 decoded only its
+/// first scan and returned wrong colours (6 dB PSNR), so it is refused, naming why.
+#[test]
+fn non_interleaved_sequential_jpeg_decodes_the_same_or_is_refused() {
+    let dir = common::testdata("valid");
+    let (ni, base) = (dir.join("noninterleaved.jpg"), dir.join("baseline_420.jpg"));
+    #[cfg(feature = "turbojpeg")]
+    for dct in [true, false] {
+        let a = common::load_one(&ni, move |b| b.dct_scaling(dct)).unwrap();
+        let b = common::load_one(&base, move |b| b.dct_scaling(dct)).unwrap();
+        assert!(
+            a == b,
+            "dct_scaling({dct}): not the pixels of baseline_420.jpg"
+        );
+    }
+    let e = common::load_one(&ni, |b| b.jpeg_decoder(JpegDecoder::Zune))
+        .expect_err("zune-jpeg decoded a non-interleaved sequential JPEG");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("noninterleaved.jpg")
+            && msg.contains("colour components in separate scans (non-interleaved)")
+            && e.is_data_error(),
+        "{msg}"
+    );
+    // Interleaved files are not refused by it: the rest of valid/ decodes with zune-jpeg.
+    common::load_one(&base, |b| b.jpeg_decoder(JpegDecoder::Zune)).unwrap();
+}
+
 #[test]
 fn rgba_and_gray_png_channels() {
     // RGBA drops alpha (no premultiplication): the fully transparent corner keeps its colour.
@@ -277,7 +310,11 @@ fn rgba_and_gray_png_channels() {
 fn zune_and_default_decoders_agree() {
     let dir = common::testdata("valid");
     let mut report = Vec::new();
-    for name in VALID.iter().filter(|n| n.ends_with(".jpg")) {
+    // noninterleaved.jpg: zune-jpeg refuses it (its own test above).
+    for name in VALID
+        .iter()
+        .filter(|n| n.ends_with(".jpg") && **n != "noninterleaved.jpg")
+    {
         let p = dir.join(name);
         let default = decode_160(&p);
         let zune = common::load_one(&p, |b| b.jpeg_decoder(JpegDecoder::Zune))
