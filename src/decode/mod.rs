@@ -778,16 +778,16 @@ impl Decoder {
         // "Number of components cannot be zero" of the others: name what the file is.
         let process = if info.arithmetic {
             Some("arithmetic-coded JPEGs")
+        } else if info.lossless {
+            Some("lossless JPEGs")
+        } else if info.hierarchical {
+            Some("hierarchical JPEGs")
         } else if !info.progressive && info.first_scan_components < info.components {
             // zune-jpeg 0.5 decodes only the first scan of such a file and returns the
             // image with the other components wrong (6 dB PSNR against libjpeg-turbo).
             Some(
                 "sequential JPEGs with their colour components in separate scans (non-interleaved)",
             )
-        } else if info.lossless {
-            Some("lossless JPEGs")
-        } else if info.hierarchical {
-            Some("hierarchical JPEGs")
         } else {
             None
         };

@@ -283,6 +283,22 @@ fn non_interleaved_sequential_jpeg_decodes_the_same_or_is_refused() {
     );
     // Interleaved files are not refused by it: the rest of valid/ decodes with zune-jpeg.
     common::load_one(&base, |b| b.jpeg_decoder(JpegDecoder::Zune)).unwrap();
+    // A lossless frame (SOF3) with separate scans is named as lossless, what it is first.
+    let mut bytes = std::fs::read(&ni).unwrap();
+    let at = (2..bytes.len() - 1)
+        .find(|&i| bytes[i] == 0xFF && bytes[i + 1] == 0xC0)
+        .unwrap();
+    bytes[at + 1] = 0xC3;
+    let tmp = tempfile::tempdir().unwrap();
+    let lossless = tmp.path().join("lossless.jpg");
+    std::fs::write(&lossless, bytes).unwrap();
+    let Err(e) = common::load_one(&lossless, |b| b.jpeg_decoder(JpegDecoder::Zune)) else {
+        panic!("zune-jpeg decoded a lossless JPEG");
+    };
+    assert!(
+        e.to_string().contains("does not decode lossless JPEGs"),
+        "{e}"
+    );
 }
 
 #[test]
