@@ -14,4 +14,5 @@ mod shard;
 mod shutdown;
 mod staging;
 mod tune;
+mod turbo_exact;
 mod webdataset;

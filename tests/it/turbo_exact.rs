@@ -1,0 +1,273 @@
+//! libjpeg-turbo as imagefeed builds it (`vendor/turbojpeg-sys`, with the combined AC table of
+//! `vendor/turbojpeg-sys-fast-ac.patch`) decodes bit for bit as the stock library does: every
+//! JPEG in `testdata/`, and seeded damaged copies of some (bits flipped and bytes set to `FF` in
+//! the image data, cut short, bytes changed in the Huffman tables), at each DCT scale, to RGB
+//! and to planes, with the same result or error, against digests written with stock
+//! libjpeg-turbo 3.1.0 (`testdata/reference/libjpeg-turbo-3.1.0.txt`).
+//!
+//! To write the digests again (after changing `testdata/`), with the stock library: take the
+//! `[patch.crates-io]` lines out of Cargo.toml, run
+//! `IMAGEFEED_WRITE_TURBO_DIGESTS=1 cargo test --test it turbo_exact`, and put them back.
+#![cfg(feature = "turbojpeg")]
+
+use std::fmt::Write as _;
+use turbojpeg::{Colorspace, Decompressor, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::common::testdata;
+
+const DIGESTS: &str = "reference/libjpeg-turbo-3.1.0.txt";
+/// Files that also get damaged copies: photographs and the common layouts.
+const DAMAGED: &[&str] = &[
+    "photos/photo_0.jpg",
+    "photos/photo_1.jpg",
+    "photos/photo_2.jpg",
+    "photos/photo_3.jpg",
+    "photos/photo_4.jpg",
+    "photos/photo_5.jpg",
+    "valid/baseline_420.jpg",
+    "valid/s422.jpg",
+    "valid/s444.jpg",
+    "valid/gray.jpg",
+    "valid/restart.jpg",
+    "valid/progressive.jpg",
+];
+const COPIES: u64 = 12;
+
+/// splitmix64: the damaged copies are the same on every machine.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn below(state: &mut u64, n: usize) -> usize {
+    (next(state) % n.max(1) as u64) as usize
+}
+
+fn find(bytes: &[u8], marker: u8) -> Option<usize> {
+    bytes.windows(2).position(|w| w == [0xFF, marker])
+}
+
+/// Damaged copy `copy` of `bytes`: kinds rotate through bit flips in the image data, bytes
+/// set to `FF` or `00` there, a cut, and changed bytes in the first Huffman table segment.
+fn damaged(bytes: &[u8], copy: u64) -> Vec<u8> {
+    let mut state = copy.wrapping_mul(0x1234_5678_9ABC_DEF1) ^ bytes.len() as u64;
+    let mut b = bytes.to_vec();
+    let scan = find(&b, 0xDA).map_or(2, |p| p + 12).min(b.len() - 1);
+    let data = b.len().saturating_sub(scan + 2).max(1);
+    match copy % 4 {
+        0 => {
+            for _ in 0..1 + below(&mut state, 6) {
+                let i = scan + below(&mut state, data);
+                b[i] ^= 1 << below(&mut state, 8);
+            }
+        }
+        1 => {
+            for _ in 0..1 + below(&mut state, 3) {
+                let i = scan + below(&mut state, data);
+                b[i] = if next(&mut state) % 2 == 0 {
+                    0xFF
+                } else {
+                    0x00
+                };
+            }
+        }
+        2 => b.truncate(scan + below(&mut state, data)),
+        _ => {
+            if let Some(dht) = find(&b, 0xC4) {
+                let len = usize::from(u16::from_be_bytes([b[dht + 2], b[dht + 3]]));
+                for _ in 0..1 + below(&mut state, 2) {
+                    let i = dht + 4 + below(&mut state, len.saturating_sub(2));
+                    if i < b.len() {
+                        b[i] = next(&mut state) as u8;
+                    }
+                }
+            }
+        }
+    }
+    b
+}
+
+/// What decoding `bytes` gives, at every scale, to RGB and (for YCbCr and grey files) to
+/// planes: each result's status and the digest of the whole output buffer, written or not.
+fn outcomes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for denom in [1, 2, 4, 8] {
+        let mut tj = Decompressor::new().unwrap();
+        let factor = ScalingFactor::new(1, denom);
+        tj.set_scaling_factor(factor).unwrap();
+        let header = match tj.read_header(bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = write!(out, "1/{denom} header: {e}; ");
+                continue;
+            }
+        };
+        let (w, h) = (factor.scale(header.width), factor.scale(header.height));
+        if w * h > 50_000_000 {
+            let _ = write!(out, "1/{denom} {w}x{h}: too large; ");
+            continue;
+        }
+        let mut rgb = vec![0u8; w * h * 3];
+        let image = Image {
+            pixels: &mut rgb[..],
+            width: w,
+            pitch: w * 3,
+            height: h,
+            format: PixelFormat::RGB,
+        };
+        let status = tj.decompress(bytes, image).err();
+        let _ = write!(out, "1/{denom} rgb {status:?} {:016x}; ", xxh3_64(&rgb));
+        let sub = match (header.colorspace, header.subsamp) {
+            (Colorspace::YCbCr | Colorspace::Gray, Subsamp::Unknown) => continue,
+            (Colorspace::YCbCr | Colorspace::Gray, sub) => sub,
+            _ => continue,
+        };
+        let Ok(len) = turbojpeg::yuv_pixels_len(w, 1, h, sub) else {
+            continue;
+        };
+        let mut planes = vec![0u8; len];
+        let image = YuvImage {
+            pixels: &mut planes[..],
+            width: w,
+            align: 1,
+            height: h,
+            subsamp: sub,
+        };
+        let status = tj.decompress_to_yuv(bytes, image).err();
+        let _ = write!(
+            out,
+            "1/{denom} planes {status:?} {:016x}; ",
+            planes_digest(&planes, w, h, sub)
+        );
+    }
+    out
+}
+
+/// The digest of the image's pixels in each plane: libjpeg-turbo pads planes to whole MCUs
+/// and fills the padding from its own uninitialized buffers (a 1×1 4:2:0 image at 1/8 scale
+/// has a 2×2 luma plane, three bytes of it not the image's), so the padding is left out, as
+/// the loader leaves it out (`Layout::planes` in `src/decode/mod.rs`).
+fn planes_digest(planes: &[u8], w: usize, h: usize, sub: Subsamp) -> u64 {
+    let mut real = Vec::new();
+    let mut offset = 0;
+    for i in 0..if sub == Subsamp::Gray { 1 } else { 3 } {
+        // SAFETY: pure arithmetic on its arguments (no pointers).
+        let (pw, ph) = unsafe {
+            (
+                turbojpeg::raw::tj3YUVPlaneWidth(i, w as i32, sub as i32),
+                turbojpeg::raw::tj3YUVPlaneHeight(i, h as i32, sub as i32),
+            )
+        };
+        let (pw, ph) = (pw as usize, ph as usize);
+        let (cw, ch) = if i == 0 {
+            (w, h)
+        } else {
+            (w.div_ceil(sub.width()), h.div_ceil(sub.height()))
+        };
+        for row in 0..ch {
+            let start = offset + row * pw;
+            real.extend_from_slice(&planes[start..start + cw]);
+        }
+        offset += pw * ph;
+    }
+    assert_eq!(offset, planes.len());
+    xxh3_64(&real)
+}
+
+fn jpegs() -> Vec<String> {
+    let mut names = Vec::new();
+    for dir in ["valid", "corrupt", "photos"] {
+        for entry in std::fs::read_dir(testdata(dir)).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".jpg") {
+                names.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    for class in std::fs::read_dir(testdata("classes")).unwrap() {
+        let class = class.unwrap().file_name().into_string().unwrap();
+        for entry in std::fs::read_dir(testdata("classes").join(&class)).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".jpg") {
+                names.push(format!("classes/{class}/{name}"));
+            }
+        }
+    }
+    names.sort();
+    names
+}
+
+/// One line per file and copy: `NAME COPY DIGEST`, the digest of all its outcomes.
+fn digests() -> Vec<String> {
+    let mut lines = Vec::new();
+    for name in jpegs() {
+        let bytes = std::fs::read(testdata(&name)).unwrap();
+        lines.push(format!(
+            "{name} - {:016x}",
+            xxh3_64(outcomes(&bytes).as_bytes())
+        ));
+        if DAMAGED.contains(&name.as_str()) {
+            for copy in 0..COPIES {
+                let d = outcomes(&damaged(&bytes, copy));
+                lines.push(format!("{name} {copy} {:016x}", xxh3_64(d.as_bytes())));
+            }
+        }
+    }
+    lines
+}
+
+#[test]
+fn libjpeg_turbo_decodes_bit_for_bit_as_the_stock_library() {
+    let lines = digests();
+    assert!(lines.len() > 150, "{} cases", lines.len());
+    let path = testdata(DIGESTS);
+    if std::env::var_os("IMAGEFEED_WRITE_TURBO_DIGESTS").is_some() {
+        let mut text = String::from(
+            "# Digests of stock libjpeg-turbo 3.1.0's decodes: tests/it/turbo_exact.rs\n",
+        );
+        for l in &lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        std::fs::write(&path, text).unwrap();
+        eprintln!("wrote {} digests to {}", lines.len(), path.display());
+        return;
+    }
+    let expected: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    let differ: Vec<(&String, Option<&String>)> = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| expected.get(*i) != Some(l))
+        .map(|(i, l)| (l, expected.get(i)))
+        .collect();
+    assert!(
+        differ.is_empty() && expected.len() == lines.len(),
+        "{} of {} decodes differ from stock libjpeg-turbo's ({} expected), first: {:?}",
+        differ.len(),
+        lines.len(),
+        expected.len(),
+        differ.first()
+    );
+}
+
+#[test]
+fn damaged_copies_are_damaged() {
+    // The test above is only as good as its copies: each differs from its file.
+    let bytes = std::fs::read(testdata("photos/photo_0.jpg")).unwrap();
+    let mut outcomes_seen = std::collections::HashSet::new();
+    for copy in 0..COPIES {
+        let d = damaged(&bytes, copy);
+        assert_ne!(d, bytes, "copy {copy}");
+        outcomes_seen.insert(outcomes(&d));
+    }
+    assert!(outcomes_seen.len() >= 8, "{} distinct", outcomes_seen.len());
+}
