@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side comparison on one corpus, in one run: imagefeed (cold and cached), the decode
-# floor (libjpeg-turbo decode only, full size and DCT-scaled) and, when TensorFlow is installed
+# floor (libjpeg-turbo decode only, full size and DCT-scaled; with the libjpeg-turbo imagefeed
+# builds, and again with its stock Huffman decoder) and, when TensorFlow is installed
 # (`pip install tensorflow-cpu`), the tf.data pipeline from the TensorFlow guide.
 #
 # usage: benches/compare/compare.sh [LIST] [THREADS]
@@ -48,6 +49,12 @@ run_floor() {
   [ "$1" = 1 ] && psnr=500
   "$bin" floor "$list" --threads "$threads" --psnr-images "$psnr" --json >> "$out/floor.json"
 }
+# The floor again with libjpeg-turbo's stock Huffman decoder (the vendored libjpeg-turbo reads
+# IMAGEFEED_STOCK_HUFFMAN; see vendor/README.md): what the pipeline would be measured against
+# with an unpatched libjpeg-turbo.
+run_stockfloor() {
+  IMAGEFEED_STOCK_HUFFMAN=1 "$bin" floor "$list" --threads "$threads" --psnr-images 0 --json >> "$out/stockfloor.json"
+}
 run_tf() {
   if [ "$have_tf" = 1 ]; then
     python3 benches/compare/tf_pipeline.py "$list" >> "$out/tf.json"
@@ -68,7 +75,7 @@ rotate() {
     done
   done
 }
-rotate "$rounds" "" "imagefeed cold epoch (batch 64, shuffle buffer 1000, f32 160x160), decode floor, tf.data cold" imagefeed floor tf
+rotate "$rounds" "" "imagefeed cold epoch (batch 64, shuffle buffer 1000, f32 160x160), decode floor (imagefeed's libjpeg-turbo, then stock), tf.data cold" imagefeed floor stockfloor tf
 # First epochs on files not in the page cache: what a dataset larger than RAM meets every epoch.
 disk_rounds=${DISK_ROUNDS:-0}
 if [ "$disk_rounds" -gt 0 ] && ! [ -w /proc/sys/vm/drop_caches ]; then
@@ -125,6 +132,9 @@ for r in cached[1:]:
     print(f"imagefeed cached epoch {r['epoch']}  {r['images_per_sec']:8.0f} images/s  peak RSS {mb(r['peak_rss_bytes']):7.1f} MB (anonymous {mb(r['peak_anon_rss_bytes']):.1f} MB), cache {mb(r['cache_bytes'] or 0):.0f} MB")
 print(f"decode floor, full size   {fl[False]['images_per_sec']:8.0f} images/s (median of {runs(fl_rows[False], 'images_per_sec')})")
 print(f"decode floor, DCT-scaled  {fl[True]['images_per_sec']:8.0f} images/s (median of {runs(fl_rows[True], 'images_per_sec')})")
+stock = [r for r in rows("stockfloor.json") if r.get("scaled") is True]
+if stock:
+    print(f"decode floor, DCT-scaled, stock libjpeg-turbo Huffman decoder {med(stock, 'images_per_sec'):8.0f} images/s (median of {runs(stock, 'images_per_sec')})")
 if q:
     print(f"DCT scaling quality: mean PSNR {q[0]['mean_scaled_psnr_db']:.1f} dB over the images it changes, lowest {q[0]['min_psnr_db']:.1f} dB")
     print(f"resize filters: bilinear against antialiased, mean PSNR {q[0]['bilinear_vs_antialiased_mean_psnr_db']:.1f} dB over the {q[0]['bilinear_vs_antialiased_differing_images']} images whose output differs")
@@ -147,6 +157,8 @@ try:
 except ImportError:
     print("memcpy bound skipped: numpy is not installed")
 print(f"ratio imagefeed cold / DCT-scaled floor: {ic['images_per_sec'] / fl[True]['images_per_sec']:.2f} (medians); per round: " + ", ".join(f"{a['images_per_sec'] / b['images_per_sec']:.2f}" for a, b in zip(cold, fl_rows[True])))
+if stock:
+    print(f"ratio imagefeed cold / stock DCT-scaled floor: {ic['images_per_sec'] / med(stock, 'images_per_sec'):.2f} (medians); per round: " + ", ".join(f"{a['images_per_sec'] / b['images_per_sec']:.2f}" for a, b in zip(cold, stock)))
 if cold2:
     i2 = med(cold2, "images_per_sec")
     print(f"imagefeed 2nd cold epoch  {i2:8.0f} images/s (median of {runs(cold2, 'images_per_sec')}; the same process's second epoch, decoding every file again, as the floor's DCT-scaled pass is its process's second)")

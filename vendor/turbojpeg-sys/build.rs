@@ -8,10 +8,9 @@ use std::process::Command;
 
 fn main() -> Result<()> {
     println!("cargo:rerun-if-changed=build.rs");
-    // imagefeed: rebuild libjpeg-turbo when the files its patch changes do
+    // imagefeed: rebuild libjpeg-turbo when the file its patch changes does
     // (vendor/turbojpeg-sys-fast-ac.patch).
     println!("cargo:rerun-if-changed=libjpeg-turbo/src/jdhuff.c");
-    println!("cargo:rerun-if-changed=libjpeg-turbo/src/jdhuff.h");
     let link_kind = get_link_kind()?;
     let library = build_or_find_library(link_kind)?;
     generate_or_copy_bindings(&library)?;

@@ -30,6 +30,9 @@
 #include "jpegapicomp.h"
 #include "jstdhuff.c"
 
+/* imagefeed: # of bits of input the combined AC tables are indexed by */
+#define FAST_AC_BITS  10
+
 
 /*
  * Expanded entropy decoder object for Huffman decoding.
@@ -66,9 +69,87 @@ typedef struct {
   /* Whether we care about the DC and AC coefficient values for each block */
   boolean dc_needed[D_MAX_BLOCKS_IN_MCU];
   boolean ac_needed[D_MAX_BLOCKS_IN_MCU];
+
+  /* imagefeed: combined AC tables (see make_fast_ac()), one per AC table, and
+   * the one each block of an MCU uses.  use_fast_ac is FALSE when the
+   * environment variable IMAGEFEED_STOCK_HUFFMAN is "1": then decode_mcu() runs
+   * the stock decode_mcu_fast(), and the tables are not built.
+   */
+  boolean use_fast_ac;
+  int fast_ac[NUM_HUFF_TBLS][1 << FAST_AC_BITS];
+  const int *fast_ac_cur[D_MAX_BLOCKS_IN_MCU];
 } huff_entropy_decoder;
 
 typedef huff_entropy_decoder *huff_entropy_ptr;
+
+
+/*
+ * imagefeed: a combined AC table, indexed by the next FAST_AC_BITS bits of the
+ * input.  An entry decodes a whole AC coefficient at once when its Huffman code
+ * and its magnitude bits together fit in FAST_AC_BITS bits: bits 0-3 hold the
+ * total length (code + magnitude bits), bits 4-7 the run of zeros before the
+ * coefficient, bits 8 and up its value (signed, never 0).  An end-of-block code
+ * has value 0, run 0 and its code length.  0 means "not in the table": the
+ * stock path decodes it (zero runs (ZRL), longer codes and larger values).
+ *
+ * Filled like dtbl->lookup in jpeg_make_d_derived_tbl(), which has already
+ * checked the table: each code of length l whose symbol has magnitude size s
+ * with l + s <= FAST_AC_BITS gets, for each of its 2^s magnitude bit patterns,
+ * the 2^(FAST_AC_BITS - l - s) entries that start with code + pattern.  The
+ * codes are prefix-free, so no entry is filled twice, and no index passes
+ * 2^FAST_AC_BITS.
+ */
+
+LOCAL(void)
+make_fast_ac(const d_derived_tbl *dtbl, int *fast_ac)
+{
+  const JHUFF_TBL *htbl = dtbl->pub;
+  int l, i, p = 0, ctr, lookbits;
+  unsigned int code = 0;
+
+  memset(fast_ac, 0, sizeof(int) * (1 << FAST_AC_BITS));
+  for (l = 1; l <= FAST_AC_BITS; l++) {
+    for (i = 1; i <= (int)htbl->bits[l]; i++, p++, code++) {
+      /* code = the canonical code of huffval[p] (Figure C.2) */
+      int sym = htbl->huffval[p], run = sym >> 4, size = sym & 15, v;
+
+      if (sym == 0) {
+        lookbits = (int)(code << (FAST_AC_BITS - l));
+        for (ctr = 1 << (FAST_AC_BITS - l); ctr > 0; ctr--)
+          fast_ac[lookbits++] = l;
+      } else if (size != 0 && l + size <= FAST_AC_BITS) {
+        for (v = 0; v < (1 << size); v++) {
+          /* HUFF_EXTEND(v, size) */
+          int value = v < (1 << (size - 1)) ? v - (1 << size) + 1 : v;
+
+          lookbits = (int)(((code << size) | (unsigned int)v) <<
+                           (FAST_AC_BITS - l - size));
+          for (ctr = 1 << (FAST_AC_BITS - l - size); ctr > 0; ctr--)
+            fast_ac[lookbits++] =
+              (int)((unsigned int)value << 8) | (run << 4) | (l + size);
+        }
+      }
+    }
+    code <<= 1;
+  }
+}
+
+
+/* imagefeed: IMAGEFEED_STOCK_HUFFMAN=1 selects the stock decoder, to measure
+ * what the combined AC tables gain (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
+ */
+
+LOCAL(boolean)
+stock_huffman_requested(void)
+{
+#ifndef NO_GETENV
+  char env[2] = { 0 };
+
+  if (!GETENV_S(env, 2, "IMAGEFEED_STOCK_HUFFMAN") && env[0] == '1')
+    return TRUE;
+#endif
+  return FALSE;
+}
 
 
 /*
@@ -119,6 +200,19 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
       entropy->ac_needed[blkn] = (compptr->_DCT_scaled_size > 1);
     } else {
       entropy->dc_needed[blkn] = entropy->ac_needed[blkn] = FALSE;
+    }
+  }
+
+  /* imagefeed: the combined AC tables of this scan's AC tables */
+  entropy->use_fast_ac = !stock_huffman_requested();
+  if (entropy->use_fast_ac) {
+    for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
+      actbl = cinfo->cur_comp_info[ci]->ac_tbl_no;
+      make_fast_ac(entropy->ac_derived_tbls[actbl], entropy->fast_ac[actbl]);
+    }
+    for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
+      compptr = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]];
+      entropy->fast_ac_cur[blkn] = entropy->fast_ac[compptr->ac_tbl_no];
     }
   }
 
@@ -241,38 +335,6 @@ jpeg_make_d_derived_tbl(j_decompress_ptr cinfo, boolean isDC, int tblno,
       for (ctr = 1 << (HUFF_LOOKAHEAD - l); ctr > 0; ctr--) {
         dtbl->lookup[lookbits] = (l << HUFF_LOOKAHEAD) | htbl->huffval[p];
         lookbits++;
-      }
-    }
-  }
-
-  /* imagefeed: the combined AC table (see jdhuff.h), filled like lookup[]
-   * above: each code of length l whose symbol has magnitude size s with
-   * l + s <= FAST_AC_BITS gets, for each of its 2^s magnitude bit patterns,
-   * the 2^(FAST_AC_BITS - l - s) entries that start with code + pattern.  The
-   * codes are prefix-free (validated above), so no two fill the same entry.
-   * Zero-run codes (ZRL, 0xF0) and longer codes stay 0.
-   */
-  if (!isDC) {
-    for (i = 0; i < (1 << FAST_AC_BITS); i++)
-      dtbl->fast_ac[i] = 0;
-    p = 0;
-    for (l = 1; l <= FAST_AC_BITS; l++) {
-      for (i = 1; i <= (int)htbl->bits[l]; i++, p++) {
-        int sym = htbl->huffval[p], run = sym >> 4, size = sym & 15, v;
-        if (sym == 0) {
-          /* end of block: value 0, run 0, length l */
-          lookbits = huffcode[p] << (FAST_AC_BITS - l);
-          for (ctr = 1 << (FAST_AC_BITS - l); ctr > 0; ctr--)
-            dtbl->fast_ac[lookbits++] = l;
-        } else if (size != 0 && l + size <= FAST_AC_BITS) {
-          for (v = 0; v < (1 << size); v++) {
-            int value = v < (1 << (size - 1)) ? v - (1 << size) + 1 : v;
-            lookbits = ((huffcode[p] << size) | v) << (FAST_AC_BITS - l - size);
-            for (ctr = 1 << (FAST_AC_BITS - l - size); ctr > 0; ctr--)
-              dtbl->fast_ac[lookbits++] =
-                (int)((unsigned int)value << 8) | (run << 4) | (l + size);
-          }
-        }
       }
     }
   }
@@ -733,16 +795,114 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     if (entropy->ac_needed[blkn] && block) {
 
       for (k = 1; k < DCTSIZE2; k++) {
-        /* imagefeed: a code and its magnitude bits that fit in FAST_AC_BITS
-         * bits are decoded by one look-up in fast_ac (see jdhuff.h), which
-         * gives the same run, value and bit count as the path below.  After
-         * FILL_BIT_BUFFER_FAST at least 17 bits are in the buffer.
+        HUFF_DECODE_FAST(s, l, actbl);
+        r = s >> 4;
+        s &= 15;
+
+        if (s) {
+          k += r;
+          FILL_BIT_BUFFER_FAST
+          r = GET_BITS(s);
+          s = HUFF_EXTEND(r, s);
+          (*block)[jpeg_natural_order[k]] = (JCOEF)s;
+        } else {
+          if (r != 15) break;
+          k += 15;
+        }
+      }
+
+    } else {
+
+      for (k = 1; k < DCTSIZE2; k++) {
+        HUFF_DECODE_FAST(s, l, actbl);
+        r = s >> 4;
+        s &= 15;
+
+        if (s) {
+          k += r;
+          FILL_BIT_BUFFER_FAST
+          DROP_BITS(s);
+        } else {
+          if (r != 15) break;
+          k += 15;
+        }
+      }
+    }
+  }
+
+  if (cinfo->unread_marker != 0) {
+    cinfo->unread_marker = 0;
+    return FALSE;
+  }
+
+  br_state.bytes_in_buffer -= (buffer - br_state.next_input_byte);
+  br_state.next_input_byte = buffer;
+  BITREAD_SAVE_STATE(cinfo, entropy->bitstate);
+  entropy->saved = state;
+  return TRUE;
+}
+
+
+/* imagefeed: decode_mcu_fast() with the combined AC tables (make_fast_ac()). */
+
+#if defined(__has_feature)
+#if __has_feature(undefined_behavior_sanitizer)
+__attribute__((no_sanitize("signed-integer-overflow"),
+               no_sanitize("unsigned-integer-overflow")))
+#endif
+#endif
+LOCAL(boolean)
+decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
+{
+  huff_entropy_ptr entropy = (huff_entropy_ptr)cinfo->entropy;
+  BITREAD_STATE_VARS;
+  JOCTET *buffer;
+  int blkn;
+  savable_state state;
+  /* Outer loop handles each block in the MCU */
+
+  /* Load up working state */
+  BITREAD_LOAD_STATE(cinfo, entropy->bitstate);
+  buffer = (JOCTET *)br_state.next_input_byte;
+  state = entropy->saved;
+
+  for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
+    JBLOCKROW block = MCU_data ? MCU_data[blkn] : NULL;
+    d_derived_tbl *dctbl = entropy->dc_cur_tbls[blkn];
+    d_derived_tbl *actbl = entropy->ac_cur_tbls[blkn];
+    const int *fast_ac = entropy->fast_ac_cur[blkn];
+    register int s, k, r, l;
+
+    HUFF_DECODE_FAST(s, l, dctbl);
+    if (s) {
+      FILL_BIT_BUFFER_FAST
+      r = GET_BITS(s);
+      s = HUFF_EXTEND(r, s);
+    }
+
+    if (entropy->dc_needed[blkn]) {
+      int ci = cinfo->MCU_membership[blkn];
+      /* Refer to the comment in decode_mcu_slow() regarding the supression of
+       * a UBSan integer overflow error in this line of code.
+       */
+      s += state.last_dc_val[ci];
+      state.last_dc_val[ci] = s;
+      if (block)
+        (*block)[0] = (JCOEF)s;
+    }
+
+    if (entropy->ac_needed[blkn] && block) {
+
+      for (k = 1; k < DCTSIZE2; k++) {
+        /* One look-up when the code and its magnitude bits fit in
+         * FAST_AC_BITS bits (at least 17 bits are in the buffer after
+         * FILL_BIT_BUFFER_FAST); the same run, value and bit count as below.
          */
         FILL_BIT_BUFFER_FAST
-        s = actbl->fast_ac[PEEK_BITS(FAST_AC_BITS)];
+        s = fast_ac[PEEK_BITS(FAST_AC_BITS)];
         if (s) {
           DROP_BITS(s & 15);
-          if (!(s >> 8)) break;
+          if (!(s >> 8)) break;         /* end of block */
           k += (s >> 4) & 15;
           (*block)[jpeg_natural_order[k]] = (JCOEF)(s >> 8);
           continue;
@@ -766,9 +926,9 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     } else {
 
       for (k = 1; k < DCTSIZE2; k++) {
-        /* imagefeed: as above, discarding the value */
+        /* as above, discarding the value */
         FILL_BIT_BUFFER_FAST
-        s = actbl->fast_ac[PEEK_BITS(FAST_AC_BITS)];
+        s = fast_ac[PEEK_BITS(FAST_AC_BITS)];
         if (s) {
           DROP_BITS(s & 15);
           if (!(s >> 8)) break;
@@ -845,7 +1005,10 @@ decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
   if (!entropy->pub.insufficient_data) {
 
     if (usefast) {
-      if (!decode_mcu_fast(cinfo, MCU_data)) goto use_slow;
+      /* imagefeed: with the combined AC tables unless the stock decoder was asked for */
+      if (!(entropy->use_fast_ac ? decode_mcu_fast_ac(cinfo, MCU_data) :
+                                   decode_mcu_fast(cinfo, MCU_data)))
+        goto use_slow;
     } else {
 use_slow:
       if (!decode_mcu_slow(cinfo, MCU_data)) return FALSE;

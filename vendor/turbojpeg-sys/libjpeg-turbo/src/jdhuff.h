@@ -23,7 +23,6 @@
 /* Derived data constructed for each Huffman table */
 
 #define HUFF_LOOKAHEAD  8       /* # of bits of lookahead */
-#define FAST_AC_BITS  10        /* imagefeed: # of bits of the combined AC table */
 
 typedef struct {
   /* Basic tables: (element [0] of each array is unused) */
@@ -49,16 +48,6 @@ typedef struct {
    * symbol.
    */
   int lookup[1 << HUFF_LOOKAHEAD];
-
-  /* imagefeed: combined AC lookup table (AC tables only), indexed by the next
-   * FAST_AC_BITS bits.  An entry decodes a whole AC coefficient at once when its
-   * Huffman code and its magnitude bits together fit in FAST_AC_BITS bits:
-   * bits 0-3 hold the total length (code + magnitude bits), bits 4-7 the run
-   * of zeros, bits 8 and up the coefficient's (signed, nonzero) value.  An
-   * end-of-block code has value 0 and run 0.  0 means "not in the table": use
-   * the lookahead path above.
-   */
-  int fast_ac[1 << FAST_AC_BITS];
 } d_derived_tbl;
 
 /* Expand a Huffman table definition into the derived format */
