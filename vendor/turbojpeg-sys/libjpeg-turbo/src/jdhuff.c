@@ -30,7 +30,7 @@
 #include "jpegapicomp.h"
 #include "jstdhuff.c"
 
-/* imagefeed: # of bits of input the combined AC tables are indexed by */
+/* imagefeed: # of bits of input the combined tables are indexed by */
 #define FAST_AC_BITS  10
 
 
@@ -70,14 +70,17 @@ typedef struct {
   boolean dc_needed[D_MAX_BLOCKS_IN_MCU];
   boolean ac_needed[D_MAX_BLOCKS_IN_MCU];
 
-  /* imagefeed: combined AC tables (see make_fast_ac()), one per AC table, and
-   * the one each block of an MCU uses.  use_fast_ac is FALSE when the
-   * environment variable IMAGEFEED_STOCK_HUFFMAN is "1": then decode_mcu() runs
-   * the stock decode_mcu_fast(), and the tables are not built.
+  /* imagefeed: combined tables (see make_fast_ac() and make_fast_dc()), one
+   * per AC and DC table, and the ones each block of an MCU uses.  use_fast_ac
+   * is FALSE when the environment variable IMAGEFEED_STOCK_HUFFMAN is "1": then
+   * decode_mcu() runs the stock decode_mcu_fast(), and the tables are not
+   * built.
    */
   boolean use_fast_ac;
   int fast_ac[NUM_HUFF_TBLS][1 << FAST_AC_BITS];
+  int fast_dc[NUM_HUFF_TBLS][1 << FAST_AC_BITS];
   const int *fast_ac_cur[D_MAX_BLOCKS_IN_MCU];
+  const int *fast_dc_cur[D_MAX_BLOCKS_IN_MCU];
 } huff_entropy_decoder;
 
 typedef huff_entropy_decoder *huff_entropy_ptr;
@@ -135,8 +138,45 @@ make_fast_ac(const d_derived_tbl *dtbl, int *fast_ac)
 }
 
 
+/*
+ * imagefeed: the same for a DC table: an entry holds the total length (code +
+ * magnitude bits) in bits 0-3, bit 4 set, and the difference (signed, may be
+ * 0) in bits 8 and up; 0 means "not in the table".
+ */
+
+LOCAL(void)
+make_fast_dc(const d_derived_tbl *dtbl, int *fast_dc)
+{
+  const JHUFF_TBL *htbl = dtbl->pub;
+  int l, i, p = 0, ctr, lookbits;
+  unsigned int code = 0;
+
+  memset(fast_dc, 0, sizeof(int) * (1 << FAST_AC_BITS));
+  for (l = 1; l <= FAST_AC_BITS; l++) {
+    for (i = 1; i <= (int)htbl->bits[l]; i++, p++, code++) {
+      int size = htbl->huffval[p], v;
+
+      if (size > 15 || l + size > FAST_AC_BITS)
+        continue;
+      for (v = 0; v < (1 << size); v++) {
+        /* HUFF_EXTEND(v, size), and 0 for size 0 */
+        int value = size == 0 ? 0 :
+                    v < (1 << (size - 1)) ? v - (1 << size) + 1 : v;
+
+        lookbits = (int)(((code << size) | (unsigned int)v) <<
+                         (FAST_AC_BITS - l - size));
+        for (ctr = 1 << (FAST_AC_BITS - l - size); ctr > 0; ctr--)
+          fast_dc[lookbits++] =
+            (int)((unsigned int)value << 8) | 16 | (l + size);
+      }
+    }
+    code <<= 1;
+  }
+}
+
+
 /* imagefeed: IMAGEFEED_STOCK_HUFFMAN=1 selects the stock decoder, to measure
- * what the combined AC tables gain (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
+ * what the combined tables gain (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
  */
 
 LOCAL(boolean)
@@ -203,16 +243,19 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
     }
   }
 
-  /* imagefeed: the combined AC tables of this scan's AC tables */
+  /* imagefeed: the combined tables of this scan's Huffman tables */
   entropy->use_fast_ac = !stock_huffman_requested();
   if (entropy->use_fast_ac) {
     for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
       actbl = cinfo->cur_comp_info[ci]->ac_tbl_no;
       make_fast_ac(entropy->ac_derived_tbls[actbl], entropy->fast_ac[actbl]);
+      dctbl = cinfo->cur_comp_info[ci]->dc_tbl_no;
+      make_fast_dc(entropy->dc_derived_tbls[dctbl], entropy->fast_dc[dctbl]);
     }
     for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
       compptr = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]];
       entropy->fast_ac_cur[blkn] = entropy->fast_ac[compptr->ac_tbl_no];
+      entropy->fast_dc_cur[blkn] = entropy->fast_dc[compptr->dc_tbl_no];
     }
   }
 
@@ -510,6 +553,29 @@ no_more_bytes:
     GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE \
   }
 
+/* imagefeed: FILL_BIT_BUFFER_FAST, taking the six bytes at once when none of
+ * them is 0xFF (the case GET_BYTE pre-executes).  It reads 8 bytes: the fast
+ * path runs only with BUFSIZE bytes a block left in the buffer.
+ */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FILL_BIT_BUFFER_WORD \
+  if (bits_left <= 16) { \
+    unsigned long long w_; \
+    memcpy(&w_, buffer, 8); \
+    if (!((~w_ - 0x010101010101ULL) & w_ & 0x808080808080ULL)) { \
+      get_buffer = (get_buffer << 48) | \
+                   (bit_buf_type)(__builtin_bswap64(w_) >> 16); \
+      buffer += 6; \
+      bits_left += 48; \
+    } else { \
+      GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE \
+    } \
+  }
+#else
+#define FILL_BIT_BUFFER_WORD  FILL_BIT_BUFFER_FAST
+#endif
+
 #else
 
 /* Pre-fetch 16 bytes, because the holding register is 32-bit */
@@ -517,6 +583,7 @@ no_more_bytes:
   if (bits_left <= 16) { \
     GET_BYTE GET_BYTE \
   }
+#define FILL_BIT_BUFFER_WORD  FILL_BIT_BUFFER_FAST
 
 #endif
 
@@ -843,7 +910,33 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 }
 
 
-/* imagefeed: decode_mcu_fast() with the combined AC tables (make_fast_ac()). */
+/* imagefeed: HUFF_DECODE_FAST (jdhuff.h) with FILL_BIT_BUFFER_WORD */
+#define HUFF_DECODE_WORD(s, nb, htbl) \
+  FILL_BIT_BUFFER_WORD; \
+  s = PEEK_BITS(HUFF_LOOKAHEAD); \
+  s = htbl->lookup[s]; \
+  nb = s >> HUFF_LOOKAHEAD; \
+  /* Pre-execute the common case of nb <= HUFF_LOOKAHEAD */ \
+  DROP_BITS(nb); \
+  s = s & ((1 << HUFF_LOOKAHEAD) - 1); \
+  if (nb > HUFF_LOOKAHEAD) { \
+    /* Equivalent of jpeg_huff_decode() */ \
+    /* Don't use GET_BITS() here because we don't want to modify bits_left */ \
+    s = (get_buffer >> bits_left) & ((1 << (nb)) - 1); \
+    while (s > htbl->maxcode[nb]) { \
+      s <<= 1; \
+      s |= GET_BITS(1); \
+      nb++; \
+    } \
+    if (nb > 16) \
+      s = 0; \
+    else \
+      s = htbl->pub->huffval[(int)(s + htbl->valoffset[nb]) & 0xFF]; \
+  }
+
+/* imagefeed: decode_mcu_fast() with the combined tables (make_fast_ac(),
+ * make_fast_dc()) and FILL_BIT_BUFFER_WORD.
+ */
 
 #if defined(__has_feature)
 #if __has_feature(undefined_behavior_sanitizer)
@@ -873,11 +966,18 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     const int *fast_ac = entropy->fast_ac_cur[blkn];
     register int s, k, r, l;
 
-    HUFF_DECODE_FAST(s, l, dctbl);
+    FILL_BIT_BUFFER_WORD
+    s = entropy->fast_dc_cur[blkn][PEEK_BITS(FAST_AC_BITS)];
     if (s) {
-      FILL_BIT_BUFFER_FAST
-      r = GET_BITS(s);
-      s = HUFF_EXTEND(r, s);
+      DROP_BITS(s & 15);
+      s >>= 8;
+    } else {
+      HUFF_DECODE_WORD(s, l, dctbl);
+      if (s) {
+        FILL_BIT_BUFFER_WORD
+        r = GET_BITS(s);
+        s = HUFF_EXTEND(r, s);
+      }
     }
 
     if (entropy->dc_needed[blkn]) {
@@ -896,9 +996,9 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
       for (k = 1; k < DCTSIZE2; k++) {
         /* One look-up when the code and its magnitude bits fit in
          * FAST_AC_BITS bits (at least 17 bits are in the buffer after
-         * FILL_BIT_BUFFER_FAST); the same run, value and bit count as below.
+         * FILL_BIT_BUFFER_WORD); the same run, value and bit count as below.
          */
-        FILL_BIT_BUFFER_FAST
+        FILL_BIT_BUFFER_WORD
         s = fast_ac[PEEK_BITS(FAST_AC_BITS)];
         if (s) {
           DROP_BITS(s & 15);
@@ -907,13 +1007,13 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
           (*block)[jpeg_natural_order[k]] = (JCOEF)(s >> 8);
           continue;
         }
-        HUFF_DECODE_FAST(s, l, actbl);
+        HUFF_DECODE_WORD(s, l, actbl);
         r = s >> 4;
         s &= 15;
 
         if (s) {
           k += r;
-          FILL_BIT_BUFFER_FAST
+          FILL_BIT_BUFFER_WORD
           r = GET_BITS(s);
           s = HUFF_EXTEND(r, s);
           (*block)[jpeg_natural_order[k]] = (JCOEF)s;
@@ -927,7 +1027,7 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
       for (k = 1; k < DCTSIZE2; k++) {
         /* as above, discarding the value */
-        FILL_BIT_BUFFER_FAST
+        FILL_BIT_BUFFER_WORD
         s = fast_ac[PEEK_BITS(FAST_AC_BITS)];
         if (s) {
           DROP_BITS(s & 15);
@@ -935,13 +1035,13 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
           k += (s >> 4) & 15;
           continue;
         }
-        HUFF_DECODE_FAST(s, l, actbl);
+        HUFF_DECODE_WORD(s, l, actbl);
         r = s >> 4;
         s &= 15;
 
         if (s) {
           k += r;
-          FILL_BIT_BUFFER_FAST
+          FILL_BIT_BUFFER_WORD
           DROP_BITS(s);
         } else {
           if (r != 15) break;
@@ -1005,7 +1105,7 @@ decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
   if (!entropy->pub.insufficient_data) {
 
     if (usefast) {
-      /* imagefeed: with the combined AC tables unless the stock decoder was asked for */
+      /* imagefeed: with the combined tables unless the stock decoder was asked for */
       if (!(entropy->use_fast_ac ? decode_mcu_fast_ac(cinfo, MCU_data) :
                                    decode_mcu_fast(cinfo, MCU_data)))
         goto use_slow;
