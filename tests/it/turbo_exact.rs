@@ -1,4 +1,4 @@
-//! libjpeg-turbo as imagefeed builds it (`vendor/turbojpeg-sys`, with the combined AC table of
+//! libjpeg-turbo as imagefeed builds it (`vendor/turbojpeg-sys`, with the Huffman decoder patch
 //! `vendor/turbojpeg-sys-fast-ac.patch`) decodes bit for bit as the stock library does: every
 //! JPEG in `testdata/`, and seeded damaged copies of some (bits flipped and bytes set to `FF` in
 //! the image data, cut short, bytes changed in the Huffman tables), at each DCT scale, to RGB
@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use turbojpeg::{Colorspace, Decompressor, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::common::testdata;
+use crate::common::{testdata, SplitMix};
 
 const DIGESTS: &str = "reference/libjpeg-turbo-3.1.0.txt";
 /// Files that also get damaged copies: photographs and the common layouts.
@@ -34,55 +34,39 @@ const DAMAGED: &[&str] = &[
 ];
 const COPIES: u64 = 12;
 
-/// splitmix64: the damaged copies are the same on every machine.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-fn below(state: &mut u64, n: usize) -> usize {
-    (next(state) % n.max(1) as u64) as usize
-}
-
 fn find(bytes: &[u8], marker: u8) -> Option<usize> {
     bytes.windows(2).position(|w| w == [0xFF, marker])
 }
 
 /// Damaged copy `copy` of `bytes`: kinds rotate through bit flips in the image data, bytes
 /// set to `FF` or `00` there, a cut, and changed bytes in the first Huffman table segment.
+/// Seeded, so the copies are the same on every machine.
 fn damaged(bytes: &[u8], copy: u64) -> Vec<u8> {
-    let mut state = copy.wrapping_mul(0x1234_5678_9ABC_DEF1) ^ bytes.len() as u64;
+    let mut rng = SplitMix(copy.wrapping_mul(0x1234_5678_9ABC_DEF1) ^ bytes.len() as u64);
     let mut b = bytes.to_vec();
     let scan = find(&b, 0xDA).map_or(2, |p| p + 12).min(b.len() - 1);
     let data = b.len().saturating_sub(scan + 2).max(1);
     match copy % 4 {
         0 => {
-            for _ in 0..1 + below(&mut state, 6) {
-                let i = scan + below(&mut state, data);
-                b[i] ^= 1 << below(&mut state, 8);
+            for _ in 0..1 + rng.below(6) {
+                let i = scan + rng.below(data);
+                b[i] ^= 1 << rng.below(8);
             }
         }
         1 => {
-            for _ in 0..1 + below(&mut state, 3) {
-                let i = scan + below(&mut state, data);
-                b[i] = if next(&mut state) & 1 == 0 {
-                    0xFF
-                } else {
-                    0x00
-                };
+            for _ in 0..1 + rng.below(3) {
+                let i = scan + rng.below(data);
+                b[i] = if rng.next_u64() & 1 == 0 { 0xFF } else { 0x00 };
             }
         }
-        2 => b.truncate(scan + below(&mut state, data)),
+        2 => b.truncate(scan + rng.below(data)),
         _ => {
             if let Some(dht) = find(&b, 0xC4) {
                 let len = usize::from(u16::from_be_bytes([b[dht + 2], b[dht + 3]]));
-                for _ in 0..1 + below(&mut state, 2) {
-                    let i = dht + 4 + below(&mut state, len.saturating_sub(2));
+                for _ in 0..1 + rng.below(2) {
+                    let i = dht + 4 + rng.below(len.saturating_sub(2).max(1));
                     if i < b.len() {
-                        b[i] = next(&mut state) as u8;
+                        b[i] = rng.next_u64() as u8;
                     }
                 }
             }
@@ -92,7 +76,8 @@ fn damaged(bytes: &[u8], copy: u64) -> Vec<u8> {
 }
 
 /// What decoding `bytes` gives, at every scale, to RGB and (for YCbCr and grey files) to
-/// planes: each result's status and the digest of the whole output buffer, written or not.
+/// planes: each result's status (the error, if any) and the digest of the output buffer,
+/// written or not (for planes, of the image's pixels: see [`planes_digest`]).
 fn outcomes(bytes: &[u8]) -> String {
     let mut out = String::new();
     for denom in [1, 2, 4, 8] {
