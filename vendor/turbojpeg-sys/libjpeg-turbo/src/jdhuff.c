@@ -33,6 +33,16 @@
 /* imagefeed: # of bits of input the combined tables are indexed by */
 #define FAST_AC_BITS  10
 
+/* imagefeed: decode_mcu_fast_ac() hands its 64-bit bit buffer back in
+ * get_buffer, so it is built only where get_buffer has 64 bits; elsewhere the
+ * stock decode_mcu_fast() runs.
+ */
+#if BIT_BUF_SIZE == 64
+#define IMAGEFEED_FAST_AC  1
+#else
+#define IMAGEFEED_FAST_AC  0
+#endif
+
 
 /*
  * Expanded entropy decoder object for Huffman decoding.
@@ -90,10 +100,12 @@ typedef huff_entropy_decoder *huff_entropy_ptr;
  * imagefeed: a combined AC table, indexed by the next FAST_AC_BITS bits of the
  * input.  An entry decodes a whole AC coefficient at once when its Huffman code
  * and its magnitude bits together fit in FAST_AC_BITS bits: bits 0-3 hold the
- * total length (code + magnitude bits), bits 4-7 the run of zeros before the
- * coefficient, bits 8 and up its value (signed, never 0).  An end-of-block code
- * has value 0, run 0 and its code length.  0 means "not in the table": the
- * stock path decodes it (zero runs (ZRL), longer codes and larger values).
+ * total length (code + magnitude bits), bits 4-7 are 0 (so the entry itself is
+ * the shift that consumes those bits), bits 8-11 the run of zeros before the
+ * coefficient, bits 16 and up its value (signed, never 0).  An end-of-block
+ * code has value 0, run 0 and its code length.  0 means "not in the table":
+ * the stock path decodes it (zero runs (ZRL), longer codes and larger
+ * values).
  *
  * Filled like dtbl->lookup in jpeg_make_d_derived_tbl(), which has already
  * checked the table: each code of length l whose symbol has magnitude size s
@@ -129,7 +141,7 @@ make_fast_ac(const d_derived_tbl *dtbl, int *fast_ac)
                            (FAST_AC_BITS - l - size));
           for (ctr = 1 << (FAST_AC_BITS - l - size); ctr > 0; ctr--)
             fast_ac[lookbits++] =
-              (int)((unsigned int)value << 8) | (run << 4) | (l + size);
+              (int)((unsigned int)value << 16) | (run << 8) | (l + size);
         }
       }
     }
@@ -140,8 +152,8 @@ make_fast_ac(const d_derived_tbl *dtbl, int *fast_ac)
 
 /*
  * imagefeed: the same for a DC table: an entry holds the total length (code +
- * magnitude bits) in bits 0-3, bit 4 set, and the difference (signed, may be
- * 0) in bits 8 and up; 0 means "not in the table".
+ * magnitude bits, never 0) in bits 0-3 and the difference (signed, may be 0)
+ * in bits 16 and up; 0 means "not in the table".
  */
 
 LOCAL(void)
@@ -167,7 +179,7 @@ make_fast_dc(const d_derived_tbl *dtbl, int *fast_dc)
                          (FAST_AC_BITS - l - size));
         for (ctr = 1 << (FAST_AC_BITS - l - size); ctr > 0; ctr--)
           fast_dc[lookbits++] =
-            (int)((unsigned int)value << 8) | 16 | (l + size);
+            (int)((unsigned int)value << 16) | (l + size);
       }
     }
     code <<= 1;
@@ -244,7 +256,7 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
   }
 
   /* imagefeed: the combined tables of this scan's Huffman tables */
-  entropy->use_fast_ac = !stock_huffman_requested();
+  entropy->use_fast_ac = IMAGEFEED_FAST_AC && !stock_huffman_requested();
   if (entropy->use_fast_ac) {
     for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
       actbl = cinfo->cur_comp_info[ci]->ac_tbl_no;
@@ -553,29 +565,6 @@ no_more_bytes:
     GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE \
   }
 
-/* imagefeed: FILL_BIT_BUFFER_FAST, taking the six bytes at once when none of
- * them is 0xFF (the case GET_BYTE pre-executes).  It reads 8 bytes: the fast
- * path runs only with BUFSIZE bytes a block left in the buffer.
- */
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define FILL_BIT_BUFFER_WORD \
-  if (bits_left <= 16) { \
-    unsigned long long w_; \
-    memcpy(&w_, buffer, 8); \
-    if (!((~w_ - 0x010101010101ULL) & w_ & 0x808080808080ULL)) { \
-      get_buffer = (get_buffer << 48) | \
-                   (bit_buf_type)(__builtin_bswap64(w_) >> 16); \
-      buffer += 6; \
-      bits_left += 48; \
-    } else { \
-      GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE \
-    } \
-  }
-#else
-#define FILL_BIT_BUFFER_WORD  FILL_BIT_BUFFER_FAST
-#endif
-
 #else
 
 /* Pre-fetch 16 bytes, because the holding register is 32-bit */
@@ -583,7 +572,6 @@ no_more_bytes:
   if (bits_left <= 16) { \
     GET_BYTE GET_BYTE \
   }
-#define FILL_BIT_BUFFER_WORD  FILL_BIT_BUFFER_FAST
 
 #endif
 
@@ -910,22 +898,91 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 }
 
 
-/* imagefeed: HUFF_DECODE_FAST (jdhuff.h) with FILL_BIT_BUFFER_WORD */
-#define HUFF_DECODE_WORD(s, nb, htbl) \
-  FILL_BIT_BUFFER_WORD; \
-  s = PEEK_BITS(HUFF_LOOKAHEAD); \
-  s = htbl->lookup[s]; \
+#if IMAGEFEED_FAST_AC
+
+/* imagefeed: the bit buffer of decode_mcu_fast_ac(), left-aligned: the next
+ * bit of the input is bit 63 of acc, nbits bits are valid, and the bits below
+ * them are 0.  Looking up the next code takes the top bits of acc, and
+ * consuming n bits is one shift of acc, so from one code to the next the
+ * dependency chain is a shift, a load and a shift.  With the stock
+ * right-aligned get_buffer, finding the next code needs bits_left, which
+ * waits on the previous code's length: a longer chain, and the one the
+ * Huffman decoder's speed is bound by.  The stock state is converted on entry
+ * and handed back on exit (get_buffer may hold stale bits above bits_left;
+ * acc never holds any below nbits).
+ */
+typedef unsigned long long lbuf_t;
+
+/* GET_BYTE for acc: the same bytes consumed, and zero bits at a marker */
+#define LBUF_GET_BYTE { \
+  register int c0, c1; \
+  c0 = *buffer++; \
+  c1 = *buffer; \
+  /* Pre-execute most common case */ \
+  acc |= (lbuf_t)c0 << (56 - nbits); \
+  if (c0 == 0xFF) { \
+    /* Pre-execute case of FF/00, which represents an FF data byte */ \
+    buffer++; \
+    if (c1 != 0) { \
+      /* A marker: back out, and give zero bits instead */ \
+      cinfo->unread_marker = c1; \
+      buffer -= 2; \
+      acc &= ~((lbuf_t)0xFF << (56 - nbits)); \
+    } \
+  } \
+  nbits += 8; \
+}
+
+/* FILL_BIT_BUFFER_FAST for acc: six more bytes when 16 bits or fewer are
+ * left, read as one word when none of them is 0xFF (the case GET_BYTE
+ * pre-executes).  The word read takes 8 bytes: the fast path runs only with
+ * BUFSIZE bytes a block left in the buffer.
+ */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LBUF_FILL \
+  if (nbits <= 16) { \
+    lbuf_t w_; \
+    memcpy(&w_, buffer, 8); \
+    if (!((~w_ - 0x010101010101ULL) & w_ & 0x808080808080ULL)) { \
+      acc |= (__builtin_bswap64(w_) >> 16) << (16 - nbits); \
+      buffer += 6; \
+      nbits += 48; \
+    } else { \
+      LBUF_GET_BYTE LBUF_GET_BYTE LBUF_GET_BYTE \
+      LBUF_GET_BYTE LBUF_GET_BYTE LBUF_GET_BYTE \
+    } \
+  }
+#else
+#define LBUF_FILL \
+  if (nbits <= 16) { \
+    LBUF_GET_BYTE LBUF_GET_BYTE LBUF_GET_BYTE \
+    LBUF_GET_BYTE LBUF_GET_BYTE LBUF_GET_BYTE \
+  }
+#endif
+
+/* PEEK_BITS, DROP_BITS and GET_BITS for acc (1 <= n <= 32 to peek) */
+#define LBUF_PEEK(n)  ((int)(acc >> (64 - (n))))
+#define LBUF_DROP(n)  { acc <<= (n);  nbits -= (n); }
+#define LBUF_GET_BITS(r, n)  { r = LBUF_PEEK(n);  LBUF_DROP(n); }
+
+/* HUFF_DECODE_FAST (jdhuff.h) for acc.  After LBUF_FILL at least 17 bits are
+ * in acc, as many as the longest code jpeg_huff_decode() reads.
+ */
+#define LBUF_HUFF_DECODE(s, nb, htbl) \
+  LBUF_FILL; \
+  s = htbl->lookup[LBUF_PEEK(HUFF_LOOKAHEAD)]; \
   nb = s >> HUFF_LOOKAHEAD; \
-  /* Pre-execute the common case of nb <= HUFF_LOOKAHEAD */ \
-  DROP_BITS(nb); \
-  s = s & ((1 << HUFF_LOOKAHEAD) - 1); \
-  if (nb > HUFF_LOOKAHEAD) { \
+  if (nb <= HUFF_LOOKAHEAD) { \
+    LBUF_DROP(nb); \
+    s &= (1 << HUFF_LOOKAHEAD) - 1; \
+  } else { \
     /* Equivalent of jpeg_huff_decode() */ \
-    /* Don't use GET_BITS() here because we don't want to modify bits_left */ \
-    s = (get_buffer >> bits_left) & ((1 << (nb)) - 1); \
+    s = LBUF_PEEK(nb); \
+    LBUF_DROP(nb); \
     while (s > htbl->maxcode[nb]) { \
-      s <<= 1; \
-      s |= GET_BITS(1); \
+      s = (s << 1) | (int)(acc >> 63); \
+      LBUF_DROP(1); \
       nb++; \
     } \
     if (nb > 16) \
@@ -935,7 +992,8 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
   }
 
 /* imagefeed: decode_mcu_fast() with the combined tables (make_fast_ac(),
- * make_fast_dc()) and FILL_BIT_BUFFER_WORD.
+ * make_fast_dc()) and the left-aligned bit buffer above: the same bits read,
+ * the same coefficients written.
  */
 
 #if defined(__has_feature)
@@ -952,12 +1010,16 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
   JOCTET *buffer;
   int blkn;
   savable_state state;
+  lbuf_t acc;
+  int nbits;
   /* Outer loop handles each block in the MCU */
 
   /* Load up working state */
   BITREAD_LOAD_STATE(cinfo, entropy->bitstate);
   buffer = (JOCTET *)br_state.next_input_byte;
   state = entropy->saved;
+  nbits = bits_left;
+  acc = nbits > 0 ? (lbuf_t)get_buffer << (64 - nbits) : 0;
 
   for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
     JBLOCKROW block = MCU_data ? MCU_data[blkn] : NULL;
@@ -966,16 +1028,16 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     const int *fast_ac = entropy->fast_ac_cur[blkn];
     register int s, k, r, l;
 
-    FILL_BIT_BUFFER_WORD
-    s = entropy->fast_dc_cur[blkn][PEEK_BITS(FAST_AC_BITS)];
+    LBUF_FILL
+    s = entropy->fast_dc_cur[blkn][LBUF_PEEK(FAST_AC_BITS)];
     if (s) {
-      DROP_BITS(s & 15);
-      s >>= 8;
+      LBUF_DROP(s & 15);
+      s >>= 16;
     } else {
-      HUFF_DECODE_WORD(s, l, dctbl);
+      LBUF_HUFF_DECODE(s, l, dctbl);
       if (s) {
-        FILL_BIT_BUFFER_WORD
-        r = GET_BITS(s);
+        LBUF_FILL
+        LBUF_GET_BITS(r, s);
         s = HUFF_EXTEND(r, s);
       }
     }
@@ -995,26 +1057,29 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
       for (k = 1; k < DCTSIZE2; k++) {
         /* One look-up when the code and its magnitude bits fit in
-         * FAST_AC_BITS bits (at least 17 bits are in the buffer after
-         * FILL_BIT_BUFFER_WORD); the same run, value and bit count as below.
+         * FAST_AC_BITS bits (at least 17 bits are in acc after LBUF_FILL):
+         * the same run, value and bit count as below.  Bits 4-7 of an entry
+         * are 0, so s & 63 is its bit count (and a 64-bit shift by s needs
+         * no mask).
          */
-        FILL_BIT_BUFFER_WORD
-        s = fast_ac[PEEK_BITS(FAST_AC_BITS)];
+        LBUF_FILL
+        s = fast_ac[LBUF_PEEK(FAST_AC_BITS)];
         if (s) {
-          DROP_BITS(s & 15);
+          acc <<= s & 63;
+          nbits -= s & 15;
           if (!(s >> 8)) break;         /* end of block */
-          k += (s >> 4) & 15;
-          (*block)[jpeg_natural_order[k]] = (JCOEF)(s >> 8);
+          k += (s >> 8) & 15;
+          (*block)[jpeg_natural_order[k]] = (JCOEF)(s >> 16);
           continue;
         }
-        HUFF_DECODE_WORD(s, l, actbl);
+        LBUF_HUFF_DECODE(s, l, actbl);
         r = s >> 4;
         s &= 15;
 
         if (s) {
           k += r;
-          FILL_BIT_BUFFER_WORD
-          r = GET_BITS(s);
+          LBUF_FILL
+          LBUF_GET_BITS(r, s);
           s = HUFF_EXTEND(r, s);
           (*block)[jpeg_natural_order[k]] = (JCOEF)s;
         } else {
@@ -1027,22 +1092,23 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
       for (k = 1; k < DCTSIZE2; k++) {
         /* as above, discarding the value */
-        FILL_BIT_BUFFER_WORD
-        s = fast_ac[PEEK_BITS(FAST_AC_BITS)];
+        LBUF_FILL
+        s = fast_ac[LBUF_PEEK(FAST_AC_BITS)];
         if (s) {
-          DROP_BITS(s & 15);
+          acc <<= s & 63;
+          nbits -= s & 15;
           if (!(s >> 8)) break;
-          k += (s >> 4) & 15;
+          k += (s >> 8) & 15;
           continue;
         }
-        HUFF_DECODE_WORD(s, l, actbl);
+        LBUF_HUFF_DECODE(s, l, actbl);
         r = s >> 4;
         s &= 15;
 
         if (s) {
           k += r;
-          FILL_BIT_BUFFER_WORD
-          DROP_BITS(s);
+          LBUF_FILL
+          LBUF_DROP(s);
         } else {
           if (r != 15) break;
           k += 15;
@@ -1056,12 +1122,17 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     return FALSE;
   }
 
+  /* Hand the bit buffer back right-aligned */
+  get_buffer = nbits > 0 ? (bit_buf_type)(acc >> (64 - nbits)) : 0;
+  bits_left = nbits;
   br_state.bytes_in_buffer -= (buffer - br_state.next_input_byte);
   br_state.next_input_byte = buffer;
   BITREAD_SAVE_STATE(cinfo, entropy->bitstate);
   entropy->saved = state;
   return TRUE;
 }
+
+#endif /* IMAGEFEED_FAST_AC */
 
 
 /*
@@ -1106,8 +1177,12 @@ decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
     if (usefast) {
       /* imagefeed: with the combined tables unless the stock decoder was asked for */
+#if IMAGEFEED_FAST_AC
       if (!(entropy->use_fast_ac ? decode_mcu_fast_ac(cinfo, MCU_data) :
                                    decode_mcu_fast(cinfo, MCU_data)))
+#else
+      if (!decode_mcu_fast(cinfo, MCU_data))
+#endif
         goto use_slow;
     } else {
 use_slow:
