@@ -1,7 +1,8 @@
 //! libjpeg-turbo as imagefeed builds it (`vendor/turbojpeg-sys`, with the Huffman decoder patch
 //! `vendor/turbojpeg-sys-fast-ac.patch`) decodes bit for bit as the stock library does: every
 //! JPEG in `testdata/`, and seeded damaged copies of some (bits flipped and bytes set to `FF` in
-//! the image data, cut short, bytes changed in the Huffman tables), at each DCT scale, to RGB
+//! the image data, cut short, bytes changed in the Huffman tables, markers and runs of 1 bits
+//! inserted, bytes deleted and inserted), at each DCT scale, to RGB
 //! and to planes, with the same result or error, against digests written with stock
 //! libjpeg-turbo 3.1.0 (`testdata/reference/libjpeg-turbo-3.1.0.txt`).
 //!
@@ -32,20 +33,51 @@ const DAMAGED: &[&str] = &[
     "valid/restart.jpg",
     "valid/progressive.jpg",
 ];
-const COPIES: u64 = 12;
+/// Damaged copies of each: 0-11 of the first four kinds below, 12-19 of the other four.
+const COPIES: u64 = 20;
 
 fn find(bytes: &[u8], marker: u8) -> Option<usize> {
     bytes.windows(2).position(|w| w == [0xFF, marker])
 }
 
-/// Damaged copy `copy` of `bytes`: kinds rotate through bit flips in the image data, bytes
-/// set to `FF` or `00` there, a cut, and changed bytes in the first Huffman table segment.
-/// Seeded, so the copies are the same on every machine.
+/// Damaged copy `copy` of `bytes`. Copies 0-11 rotate through bit flips in the image data,
+/// bytes set to `FF` or `00` there, a cut, and changed bytes in the first Huffman table
+/// segment; copies 12-19 through edits aimed at the bit buffer's refill and its markers: a
+/// marker inserted in the image data (a restart marker where none belongs, or an end of
+/// image), a run of `FF 00` (all 1 bits: codes longer than 16 bits), bytes deleted and bytes
+/// inserted. Seeded, so the copies are the same on every machine.
 fn damaged(bytes: &[u8], copy: u64) -> Vec<u8> {
     let mut rng = SplitMix(copy.wrapping_mul(0x1234_5678_9ABC_DEF1) ^ bytes.len() as u64);
     let mut b = bytes.to_vec();
     let scan = find(&b, 0xDA).map_or(2, |p| p + 12).min(b.len() - 1);
     let data = b.len().saturating_sub(scan + 2).max(1);
+    if copy >= 12 {
+        let at = scan + rng.below(data);
+        match copy % 4 {
+            0 => {
+                let marker = if rng.below(4) == 0 {
+                    0xD9
+                } else {
+                    0xD0 + rng.below(8) as u8
+                };
+                b.splice(at..at, [0xFF, marker]);
+            }
+            1 => {
+                let run = [0xFF, 0x00].repeat(1 + rng.below(8));
+                b.splice(at..at, run);
+            }
+            2 => {
+                b.drain(at..(at + 1 + rng.below(16)).min(b.len()));
+            }
+            _ => {
+                let junk: Vec<u8> = (0..1 + rng.below(16))
+                    .map(|_| rng.next_u64() as u8)
+                    .collect();
+                b.splice(at..at, junk);
+            }
+        }
+        return b;
+    }
     match copy % 4 {
         0 => {
             for _ in 0..1 + rng.below(6) {
