@@ -90,6 +90,10 @@ typedef struct {
   int fast_ac[NUM_HUFF_TBLS][1 << FAST_AC_BITS];
   int fast_dc[NUM_HUFF_TBLS][1 << FAST_AC_BITS];
   const int *fast_ac_cur[D_MAX_BLOCKS_IN_MCU];
+  /* imagefeed: pair tables (see make_pair_ac()), one per AC table, and the one
+   * each block of an MCU uses */
+  unsigned long long pair_ac[NUM_HUFF_TBLS][1 << FAST_AC_BITS];
+  const unsigned long long *pair_ac_cur[D_MAX_BLOCKS_IN_MCU];
   const int *fast_dc_cur[D_MAX_BLOCKS_IN_MCU];
 } huff_entropy_decoder;
 
@@ -187,6 +191,68 @@ make_fast_dc(const d_derived_tbl *dtbl, int *fast_dc)
 }
 
 
+/*
+ * imagefeed: a pair table, from a combined AC table: for each FAST_AC_BITS
+ * bits of input, what the combined table decodes there and, when the bits
+ * left after it hold a whole second entry of the combined table (a
+ * coefficient or an end of block), that one too.  An entry holds:
+ *   bits 0-3    the bit count of both (bits 4-7 are 0, as in fast_ac)
+ *   bits 8-11   the first coefficient's run of zeros
+ *   bits 12-16  how far the second coefficient is past the first (1 + its run),
+ *               0 if there is none
+ *   PAIR_HAS2   a second entry is decoded (a coefficient or an end of block)
+ *   PAIR_EOB_AFTER   the second is an end of block
+ *   PAIR_EOB_ALONE   the first is an end of block (nothing else is set)
+ *   bits 32-47  the first coefficient's value
+ *   bits 48-63  the second's, or the first's again when there is none (the
+ *               second store then rewrites the first)
+ * 0 where the combined table has 0.
+ */
+#define PAIR_HAS2       (1ULL << 17)
+#define PAIR_EOB_AFTER  (1ULL << 18)
+#define PAIR_EOB_ALONE  (1ULL << 19)
+
+LOCAL(void)
+make_pair_ac(const int *fast_ac, unsigned long long *pair)
+{
+  int i;
+
+  for (i = 0; i < (1 << FAST_AC_BITS); i++) {
+    int s1 = fast_ac[i], s2, len1, len2;
+    unsigned long long e, v1, v2;
+
+    if (!s1) {
+      pair[i] = 0;
+      continue;
+    }
+    len1 = s1 & 15;
+    if (!(s1 >> 8)) {
+      pair[i] = PAIR_EOB_ALONE | (unsigned long long)len1;
+      continue;
+    }
+    v1 = (unsigned long long)(unsigned short)(s1 >> 16);
+    v2 = v1;
+    e = (unsigned long long)(s1 & 0xF0F);
+    /* the entry the bits after the first decode to; with the first's bits
+     * shifted out, the low len1 bits of the index are unknown (0 here), so it
+     * counts only if its own bit count fits in what is known */
+    s2 = fast_ac[(i << len1) & ((1 << FAST_AC_BITS) - 1)];
+    len2 = s2 & 15;
+    if (s2 && len1 + len2 <= FAST_AC_BITS) {
+      e += (unsigned long long)len2;
+      e |= PAIR_HAS2 | (unsigned long long)len1 << 20;
+      if (!(s2 >> 8))
+        e |= PAIR_EOB_AFTER;
+      else {
+        e |= (unsigned long long)(1 + ((s2 >> 8) & 15)) << 12;
+        v2 = (unsigned long long)(unsigned short)(s2 >> 16);
+      }
+    }
+    pair[i] = e | (v1 << 32) | (v2 << 48);
+  }
+}
+
+
 /* imagefeed: IMAGEFEED_STOCK_HUFFMAN=1 selects the stock decoder, to measure
  * what the combined tables gain (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
  */
@@ -258,15 +324,24 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
   /* imagefeed: the combined tables of this scan's Huffman tables */
   entropy->use_fast_ac = IMAGEFEED_FAST_AC && !stock_huffman_requested();
   if (entropy->use_fast_ac) {
+    int built = 0;
+
     for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
       actbl = cinfo->cur_comp_info[ci]->ac_tbl_no;
-      make_fast_ac(entropy->ac_derived_tbls[actbl], entropy->fast_ac[actbl]);
       dctbl = cinfo->cur_comp_info[ci]->dc_tbl_no;
-      make_fast_dc(entropy->dc_derived_tbls[dctbl], entropy->fast_dc[dctbl]);
+      /* each table once, when components share it */
+      if (!(built & (1 << actbl))) {
+        make_fast_ac(entropy->ac_derived_tbls[actbl], entropy->fast_ac[actbl]);
+        make_pair_ac(entropy->fast_ac[actbl], entropy->pair_ac[actbl]);
+      }
+      if (!(built & (16 << dctbl)))
+        make_fast_dc(entropy->dc_derived_tbls[dctbl], entropy->fast_dc[dctbl]);
+      built |= (1 << actbl) | (16 << dctbl);
     }
     for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
       compptr = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]];
       entropy->fast_ac_cur[blkn] = entropy->fast_ac[compptr->ac_tbl_no];
+      entropy->pair_ac_cur[blkn] = entropy->pair_ac[compptr->ac_tbl_no];
       entropy->fast_dc_cur[blkn] = entropy->fast_dc[compptr->dc_tbl_no];
     }
   }
@@ -991,9 +1066,11 @@ typedef unsigned long long lbuf_t;
       s = htbl->pub->huffval[(int)(s + htbl->valoffset[nb]) & 0xFF]; \
   }
 
-/* imagefeed: decode_mcu_fast() with the combined tables (make_fast_ac(),
- * make_fast_dc()) and the left-aligned bit buffer above: the same bits read,
- * the same coefficients written.
+/* imagefeed: decode_mcu_fast() with the combined and pair tables
+ * (make_fast_ac(), make_pair_ac(), make_fast_dc()) and the left-aligned bit
+ * buffer above: the same bits read, the same coefficients written, and the
+ * buffer refilled where the stock loop refills it (so that it stops at the
+ * same marker, in the same MCU, and leaves the same bits unread).
  */
 
 #if defined(__has_feature)
@@ -1026,6 +1103,7 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     d_derived_tbl *dctbl = entropy->dc_cur_tbls[blkn];
     d_derived_tbl *actbl = entropy->ac_cur_tbls[blkn];
     const int *fast_ac = entropy->fast_ac_cur[blkn];
+    const unsigned long long *pair_ac = entropy->pair_ac_cur[blkn];
     register int s, k, r, l;
 
     LBUF_FILL
@@ -1056,13 +1134,44 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     if (entropy->ac_needed[blkn] && block) {
 
       for (k = 1; k < DCTSIZE2; k++) {
-        /* One look-up when the code and its magnitude bits fit in
+        /* One look-up for one or two coefficients (or a coefficient and the
+         * end of block) when their codes and magnitude bits fit in
          * FAST_AC_BITS bits (at least 17 bits are in acc after LBUF_FILL):
-         * the same run, value and bit count as below.  Bits 4-7 of an entry
-         * are 0, so s & 63 is its bit count (and a 64-bit shift by s needs
-         * no mask).
+         * the same runs, values and bit counts as the combined table below.
+         * Bits 4-7 of an entry are 0, so e & 63 is its bit count (and a
+         * 64-bit shift by it needs no mask).  Both stores run for every
+         * coefficient entry: with one coefficient, the second rewrites the
+         * first (no branch on how many there are).
          */
+        unsigned long long e;
+
         LBUF_FILL
+        e = pair_ac[LBUF_PEEK(FAST_AC_BITS)];
+        if (e) {
+          int pos = k + (int)((e >> 8) & 15);
+
+          /* A second entry is decoded only where the loop would go on to it
+           * (the first coefficient before the last position); else the
+           * combined table below decodes the first alone.
+           */
+          if (!((unsigned int)(e >> 17) & (unsigned int)(pos >= DCTSIZE2 - 1) & 1)) {
+            /* the bits left between the two, when the stock loop would
+             * refill the buffer before the second */
+            int mid = nbits - (int)((e >> 20) & 15);
+
+            acc <<= e & 63;
+            nbits -= (int)(e & 15);
+            if (e & PAIR_EOB_ALONE) break;
+            (*block)[jpeg_natural_order[pos]] = (JCOEF)(e >> 32);
+            k = pos + (int)((e >> 12) & 31);
+            (*block)[jpeg_natural_order[k]] = (JCOEF)(e >> 48);
+            if (mid <= 16) {
+              LBUF_FILL
+            }
+            if (e & PAIR_EOB_AFTER) break;
+            continue;
+          }
+        }
         s = fast_ac[LBUF_PEEK(FAST_AC_BITS)];
         if (s) {
           acc <<= s & 63;
@@ -1091,8 +1200,28 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     } else {
 
       for (k = 1; k < DCTSIZE2; k++) {
-        /* as above, discarding the value */
+        /* as above, discarding the values */
+        unsigned long long e;
+
         LBUF_FILL
+        e = pair_ac[LBUF_PEEK(FAST_AC_BITS)];
+        if (e) {
+          int pos = k + (int)((e >> 8) & 15);
+
+          if (!((unsigned int)(e >> 17) & (unsigned int)(pos >= DCTSIZE2 - 1) & 1)) {
+            int mid = nbits - (int)((e >> 20) & 15);
+
+            acc <<= e & 63;
+            nbits -= (int)(e & 15);
+            if (e & PAIR_EOB_ALONE) break;
+            k = pos + (int)((e >> 12) & 31);
+            if (mid <= 16) {
+              LBUF_FILL
+            }
+            if (e & PAIR_EOB_AFTER) break;
+            continue;
+          }
+        }
         s = fast_ac[LBUF_PEEK(FAST_AC_BITS)];
         if (s) {
           acc <<= s & 63;
