@@ -2,7 +2,8 @@
 //! `vendor/turbojpeg-sys-fast-ac.patch`) decodes bit for bit as the stock library does: every
 //! JPEG in `testdata/`, and seeded damaged copies of some (bits flipped and bytes set to `FF` in
 //! the image data, cut short, bytes changed in the Huffman tables, markers and runs of 1 bits
-//! inserted, bytes deleted and inserted), at each DCT scale, to RGB
+//! inserted, bytes deleted and inserted; in files of several scans, a scan repeated), at each
+//! DCT scale, to RGB
 //! and to planes, with the same result or error, against digests written with stock
 //! libjpeg-turbo 3.1.0 (`testdata/reference/libjpeg-turbo-3.1.0.txt`).
 //!
@@ -105,6 +106,59 @@ fn damaged(bytes: &[u8], copy: u64) -> Vec<u8> {
         }
     }
     b
+}
+
+/// Where each scan of `bytes` lies: its SOS segment and the image data after it, up to the
+/// next marker that is not a restart marker.
+fn scans(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(p) = find(&bytes[at..], 0xDA).map(|p| p + at) {
+        let Some(len) = bytes.get(p + 2..p + 4) else {
+            break;
+        };
+        let mut end = p + 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+        while end + 1 < bytes.len()
+            && !(bytes[end] == 0xFF
+                && bytes[end + 1] != 0
+                && !(0xD0..=0xD7).contains(&bytes[end + 1]))
+        {
+            end += 1;
+        }
+        let end = end.min(bytes.len());
+        out.push((p, end));
+        at = end.max(p + 2);
+    }
+    out
+}
+
+/// Copies of a file of several scans with one scan repeated before the end of the image, as
+/// is and with a byte of its image data changed: libjpeg-turbo accepts a component's scan twice
+/// and decodes it again into the same blocks, which the patch's pair tables must not touch
+/// (they write a 0 after a block's last coefficient, harmless only in blocks decoded once).
+fn repeated_scans(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let scans = scans(bytes);
+    let Some(&(_, last)) = scans.last() else {
+        return Vec::new();
+    };
+    if scans.len() < 2 {
+        return Vec::new();
+    }
+    let mut copies = Vec::new();
+    for &(start, end) in &scans {
+        for changed in [false, true] {
+            let mut scan = bytes[start..end].to_vec();
+            if changed {
+                let i = scan.len() - 1 - (scan.len() / 3);
+                scan[i] ^= 0x10;
+            }
+            let mut b = bytes[..last].to_vec();
+            b.extend_from_slice(&scan);
+            b.extend_from_slice(&bytes[last..]);
+            copies.push(b);
+        }
+    }
+    copies
 }
 
 /// What decoding `bytes` gives, at every scale, to RGB and (for YCbCr and grey files) to
@@ -232,6 +286,10 @@ fn digests() -> Vec<String> {
                 let d = outcomes(&damaged(&bytes, copy));
                 lines.push(format!("{name} {copy} {:016x}", xxh3_64(d.as_bytes())));
             }
+        }
+        for (i, copy) in repeated_scans(&bytes).iter().enumerate() {
+            let d = outcomes(copy);
+            lines.push(format!("{name} r{i} {:016x}", xxh3_64(d.as_bytes())));
         }
     }
     lines

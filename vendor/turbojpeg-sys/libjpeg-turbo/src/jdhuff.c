@@ -201,16 +201,23 @@ make_fast_dc(const d_derived_tbl *dtbl, int *fast_dc)
  *   bits 12-16  how far the second coefficient is past the first (1 + its run),
  *               0 if there is none
  *   PAIR_HAS2   a second entry is decoded (a coefficient or an end of block)
- *   PAIR_EOB_AFTER   the second is an end of block
- *   PAIR_EOB_ALONE   the first is an end of block (nothing else is set)
+ *   bits 20-23  the first's bit count, for a pair (see decode_mcu_fast_ac())
+ *   PAIR_EOB_AFTER   the block ends after this entry
  *   bits 32-47  the first coefficient's value
  *   bits 48-63  the second's, or the first's again when there is none (the
  *               second store then rewrites the first)
- * 0 where the combined table has 0.
+ * An end of block alone has its bit count and PAIR_EOB_AFTER only: run 0 and
+ * value 0, so its two stores write 0 at the next position, where nothing has
+ * been written.  That is harmless only where the block was zeroed before the
+ * MCU was decoded, so the pair tables are used only in images of one scan,
+ * whose blocks are decoded once, into zeroed memory (see use_pairs).  0 where
+ * the combined table has 0.
  */
 #define PAIR_HAS2       (1ULL << 17)
 #define PAIR_EOB_AFTER  (1ULL << 18)
-#define PAIR_EOB_ALONE  (1ULL << 19)
+
+/* the pair table of a scan that does not use pairs: every look-up misses */
+static const unsigned long long no_pairs[1 << FAST_AC_BITS];
 
 LOCAL(void)
 make_pair_ac(const int *fast_ac, unsigned long long *pair)
@@ -227,7 +234,7 @@ make_pair_ac(const int *fast_ac, unsigned long long *pair)
     }
     len1 = s1 & 15;
     if (!(s1 >> 8)) {
-      pair[i] = PAIR_EOB_ALONE | (unsigned long long)len1;
+      pair[i] = PAIR_EOB_AFTER | (unsigned long long)len1;
       continue;
     }
     v1 = (unsigned long long)(unsigned short)(s1 >> 16);
@@ -325,6 +332,14 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
   entropy->use_fast_ac = IMAGEFEED_FAST_AC && !stock_huffman_requested();
   if (entropy->use_fast_ac) {
     int built = 0;
+    /* Pairs store 0 after a block's last coefficient (see make_pair_ac()):
+     * only where each block is decoded once, into zeroed memory.  In an image
+     * of one scan that holds (the single-pass coefficient controller zeroes
+     * every MCU; a full-image buffer starts zeroed, and a second scan is an
+     * error); with more scans, a malformed file could decode a component
+     * twice into the same blocks.
+     */
+    boolean use_pairs = !cinfo->inputctl->has_multiple_scans;
 
     for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
       actbl = cinfo->cur_comp_info[ci]->ac_tbl_no;
@@ -332,7 +347,8 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
       /* each table once, when components share it */
       if (!(built & (1 << actbl))) {
         make_fast_ac(entropy->ac_derived_tbls[actbl], entropy->fast_ac[actbl]);
-        make_pair_ac(entropy->fast_ac[actbl], entropy->pair_ac[actbl]);
+        if (use_pairs)
+          make_pair_ac(entropy->fast_ac[actbl], entropy->pair_ac[actbl]);
       }
       if (!(built & (16 << dctbl)))
         make_fast_dc(entropy->dc_derived_tbls[dctbl], entropy->fast_dc[dctbl]);
@@ -341,7 +357,8 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
     for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
       compptr = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]];
       entropy->fast_ac_cur[blkn] = entropy->fast_ac[compptr->ac_tbl_no];
-      entropy->pair_ac_cur[blkn] = entropy->pair_ac[compptr->ac_tbl_no];
+      entropy->pair_ac_cur[blkn] =
+        use_pairs ? entropy->pair_ac[compptr->ac_tbl_no] : no_pairs;
       entropy->fast_dc_cur[blkn] = entropy->fast_dc[compptr->dc_tbl_no];
     }
   }
@@ -1140,8 +1157,9 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
          * the same runs, values and bit counts as the combined table below.
          * Bits 4-7 of an entry are 0, so e & 63 is its bit count (and a
          * 64-bit shift by it needs no mask).  Both stores run for every
-         * coefficient entry: with one coefficient, the second rewrites the
-         * first (no branch on how many there are).
+         * entry, so there is no branch on what it holds: with one
+         * coefficient the second store rewrites the first, and an end of
+         * block alone writes 0 where the block holds 0 (see use_pairs).
          */
         unsigned long long e;
 
@@ -1161,7 +1179,6 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
             acc <<= e & 63;
             nbits -= (int)(e & 15);
-            if (e & PAIR_EOB_ALONE) break;
             (*block)[jpeg_natural_order[pos]] = (JCOEF)(e >> 32);
             k = pos + (int)((e >> 12) & 31);
             (*block)[jpeg_natural_order[k]] = (JCOEF)(e >> 48);
@@ -1213,7 +1230,6 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
             acc <<= e & 63;
             nbits -= (int)(e & 15);
-            if (e & PAIR_EOB_ALONE) break;
             k = pos + (int)((e >> 12) & 31);
             if (mid <= 16) {
               LBUF_FILL
