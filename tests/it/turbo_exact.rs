@@ -109,25 +109,33 @@ fn damaged(bytes: &[u8], copy: u64) -> Vec<u8> {
 }
 
 /// Where each scan of `bytes` lies: its SOS segment and the image data after it, up to the
-/// next marker that is not a restart marker.
+/// next marker that is not a restart marker. Walks the marker segments from the start, so the
+/// scan of a thumbnail inside an APP1 segment is not taken for one.
 fn scans(bytes: &[u8]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
-    let mut at = 0;
-    while let Some(p) = find(&bytes[at..], 0xDA).map(|p| p + at) {
-        let Some(len) = bytes.get(p + 2..p + 4) else {
+    let mut at = 2; // after SOI
+    while at + 4 <= bytes.len() && bytes[at] == 0xFF {
+        let marker = bytes[at + 1];
+        if marker == 0xD9 {
             break;
-        };
-        let mut end = p + 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
-        while end + 1 < bytes.len()
-            && !(bytes[end] == 0xFF
-                && bytes[end + 1] != 0
-                && !(0xD0..=0xD7).contains(&bytes[end + 1]))
-        {
-            end += 1;
         }
-        let end = end.min(bytes.len());
-        out.push((p, end));
-        at = end.max(p + 2);
+        if marker == 0xFF {
+            at += 1; // a fill byte
+            continue;
+        }
+        let mut end = at + 2 + usize::from(u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]));
+        if marker == 0xDA {
+            while end + 1 < bytes.len()
+                && !(bytes[end] == 0xFF
+                    && bytes[end + 1] != 0
+                    && !(0xD0..=0xD7).contains(&bytes[end + 1]))
+            {
+                end += 1;
+            }
+            end = end.min(bytes.len());
+            out.push((at, end));
+        }
+        at = end;
     }
     out
 }
