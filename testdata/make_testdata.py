@@ -197,9 +197,22 @@ def build(bg, out, tmp):
     with open(scans, "w") as f:
         f.write("0;\n1;\n2;\n")
     run(["jpegtran", "-scans", scans, "-outfile", V("noninterleaved.jpg"), V("baseline_420.jpg")])
+    # The same coefficients, progressive: successive approximation over three refinement
+    # levels, with a band split in the last (1-20, 21-63), and DC refined twice.
+    scans = os.path.join(tmp, "progressive_sa.scans")
+    with open(scans, "w") as f:
+        f.write("0,1,2: 0-0, 0, 2;\n0: 1-5, 0, 3;\n0: 6-63, 0, 3;\n1: 1-63, 0, 2;\n"
+                "2: 1-63, 0, 2;\n0: 1-63, 3, 2;\n0: 1-63, 2, 1;\n1: 1-63, 2, 1;\n"
+                "2: 1-63, 2, 1;\n0,1,2: 0-0, 2, 1;\n0,1,2: 0-0, 1, 0;\n0: 1-20, 1, 0;\n"
+                "0: 21-63, 1, 0;\n1: 1-63, 1, 0;\n2: 1-63, 1, 0;\n")
+    run(["jpegtran", "-scans", scans, "-outfile", V("progressive_sa.jpg"), V("baseline_420.jpg")])
 
     prog = m[3].resize((320, 480), Image.Resampling.LANCZOS)    # photo_3, portrait
     cjpeg(prog, V("progressive.jpg"), "-quality", "85", "-progressive")
+    # s444.jpg's coefficients, progressive (jpegtran's default script) with a restart marker
+    # after every row of blocks in every scan.
+    run(["jpegtran", "-progressive", "-restart", "1", "-outfile", V("progressive_restart.jpg"),
+         V("s444.jpg")])
 
     gray = m[1].crop((200, 150, 560, 390)).convert("L")         # 360x240, photo_1
     cjpeg(gray, V("gray.jpg"), "-quality", "85")
@@ -377,6 +390,15 @@ def verify(out, tmp):
     same = run(["djpeg", "-ppm", V("noninterleaved.jpg")]).stdout == run(["djpeg", "-ppm", V("baseline_420.jpg")]).stdout
     check(sof == [0xC0] and sos == [1, 1, 1] and same,
           f"noninterleaved.jpg: SOF0, scans of {sos} components, djpeg output identical to baseline_420.jpg: {same}")
+    for prog, base, n_scans in (("progressive_sa.jpg", "baseline_420.jpg", 15),
+                                ("progressive_restart.jpg", "s444.jpg", 10)):
+        pj = open(V(prog), "rb").read()
+        sof = [mk for mk, _, _ in segments(pj)[0] if 0xC0 <= mk <= 0xCF and mk not in (0xC4, 0xC8, 0xCC)]
+        sos = pj.count(b"\xff\xda")
+        n_rst = sum(pj.count(bytes([0xFF, 0xD0 + i])) for i in range(8))
+        same = run(["djpeg", "-ppm", V(prog)]).stdout == run(["djpeg", "-ppm", V(base)]).stdout
+        check(sof == [0xC2] and sos == n_scans and (n_rst > 0) == (prog == "progressive_restart.jpg") and same,
+              f"{prog}: SOF2, {sos} scans, {n_rst} RSTn markers, djpeg output identical to {base}: {same}")
     icc = Image.open(V("icc.jpg")).info.get("icc_profile")
     check(icc and ImageCms.getProfileDescription(ImageCms.ImageCmsProfile(io.BytesIO(icc))).strip() == "sRGB built-in",
           f"icc.jpg carries a {len(icc)}-byte sRGB ICC profile (APP2 ICC_PROFILE)")

@@ -165,9 +165,11 @@ fn png_exif_orientation_is_applied() {
 }
 
 /// Every file of `testdata/valid/`.
-const VALID: [&str; 26] = [
+const VALID: [&str; 28] = [
     "baseline_420.jpg",
     "noninterleaved.jpg",
+    "progressive_sa.jpg",
+    "progressive_restart.jpg",
     "s422.jpg",
     "s444.jpg",
     "restart.jpg",
@@ -299,6 +301,29 @@ fn non_interleaved_sequential_jpeg_decodes_the_same_or_is_refused() {
         e.to_string().contains("does not decode lossless JPEGs"),
         "{e}"
     );
+}
+
+/// `progressive_sa.jpg` and `progressive_restart.jpg` hold the DCT coefficients of
+/// `baseline_420.jpg` and `s444.jpg` (lossless `jpegtran` transcodes): successive approximation
+/// in split bands, and restart markers in every scan. Each decodes to its source's pixels, at
+/// the DCT scale and at full size: the progressive decoder (refinement scans included) rebuilds
+/// the same coefficients.
+#[test]
+fn progressive_transcodes_decode_to_their_sources_pixels() {
+    let dir = common::testdata("valid");
+    for (prog, base) in [
+        ("progressive_sa.jpg", "baseline_420.jpg"),
+        ("progressive_restart.jpg", "s444.jpg"),
+    ] {
+        for dct in [true, false] {
+            let a = common::load_one(&dir.join(prog), move |b| b.dct_scaling(dct)).unwrap();
+            let b = common::load_one(&dir.join(base), move |b| b.dct_scaling(dct)).unwrap();
+            assert!(
+                a == b,
+                "{prog}, dct_scaling({dct}): not the pixels of {base}"
+            );
+        }
+    }
 }
 
 #[test]

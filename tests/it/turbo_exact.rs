@@ -33,6 +33,8 @@ const DAMAGED: &[&str] = &[
     "valid/gray.jpg",
     "valid/restart.jpg",
     "valid/progressive.jpg",
+    "valid/progressive_sa.jpg",
+    "valid/progressive_restart.jpg",
 ];
 /// Damaged copies of each: 0-11 of the first four kinds below, 12-19 of the other four.
 const COPIES: u64 = 20;

@@ -8,9 +8,10 @@ use std::process::Command;
 
 fn main() -> Result<()> {
     println!("cargo:rerun-if-changed=build.rs");
-    // imagefeed: rebuild libjpeg-turbo when the file its patch changes does
+    // imagefeed: rebuild libjpeg-turbo when a file its patch changes does
     // (vendor/turbojpeg-sys-fast-ac.patch).
     println!("cargo:rerun-if-changed=libjpeg-turbo/src/jdhuff.c");
+    println!("cargo:rerun-if-changed=libjpeg-turbo/src/jdphuff.c");
     let link_kind = get_link_kind()?;
     let library = build_or_find_library(link_kind)?;
     generate_or_copy_bindings(&library)?;

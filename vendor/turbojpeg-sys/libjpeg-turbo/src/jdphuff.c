@@ -59,6 +59,13 @@ typedef struct {
   d_derived_tbl *derived_tbls[NUM_HUFF_TBLS];
 
   d_derived_tbl *ac_derived_tbl; /* active table during an AC scan */
+
+  /* imagefeed: decode_mcu_AC_refine_fast()'s map from a natural-order mask
+   * of a block's coefficients to a zigzag-order one: zigzag_of_natural[i][b]
+   * has bit z set where bit j of b is set and natural position 8 * i + j is
+   * zigzag position z (built when a refinement scan first needs it)
+   */
+  unsigned long long (*zigzag_of_natural)[256];
 } phuff_entropy_decoder;
 
 typedef phuff_entropy_decoder *phuff_entropy_ptr;
@@ -72,6 +79,40 @@ METHODDEF(boolean) decode_mcu_DC_refine(j_decompress_ptr cinfo,
                                         JBLOCKROW *MCU_data);
 METHODDEF(boolean) decode_mcu_AC_refine(j_decompress_ptr cinfo,
                                         JBLOCKROW *MCU_data);
+
+/* imagefeed: decode_mcu_AC_refine_fast() is built where get_buffer has 64
+ * bits, as jdhuff.c's fast path is (the only builds it has been measured and
+ * checked on); elsewhere the stock decode_mcu_AC_refine() runs.  The SSE2
+ * comparison is used where the compiler targets it (every x86-64 build).
+ */
+#if BIT_BUF_SIZE == 64
+#define IMAGEFEED_FAST_REFINE  1
+#if defined(__SSE2__) || defined(_M_X64)
+#include <emmintrin.h>
+#define REFINE_SSE2
+#endif
+METHODDEF(boolean) decode_mcu_AC_refine_fast(j_decompress_ptr cinfo,
+                                             JBLOCKROW *MCU_data);
+#else
+#define IMAGEFEED_FAST_REFINE  0
+#endif
+
+
+/* imagefeed: IMAGEFEED_STOCK_HUFFMAN=1 selects the stock decoders, as in
+ * jdhuff.c (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
+ */
+
+LOCAL(boolean)
+stock_huffman_requested(void)
+{
+#ifndef NO_GETENV
+  char env[2] = { 0 };
+
+  if (!GETENV_S(env, 2, "IMAGEFEED_STOCK_HUFFMAN") && env[0] == '1')
+    return TRUE;
+#endif
+  return FALSE;
+}
 
 
 /*
@@ -155,6 +196,33 @@ start_pass_phuff_decoder(j_decompress_ptr cinfo)
     else
       entropy->pub.decode_mcu = decode_mcu_AC_refine;
   }
+#if IMAGEFEED_FAST_REFINE
+  if (entropy->pub.decode_mcu == decode_mcu_AC_refine &&
+      !stock_huffman_requested()) {
+    if (entropy->zigzag_of_natural == NULL) {
+      unsigned long long (*map)[256] = (unsigned long long (*)[256])
+        (*cinfo->mem->alloc_small) ((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                    8 * sizeof(*map));
+      int zigzag_of[DCTSIZE2], z, i, b;
+
+      for (z = 0; z < DCTSIZE2; z++)
+        zigzag_of[jpeg_natural_order[z]] = z;
+      for (i = 0; i < 8; i++) {
+        map[i][0] = 0;
+        for (b = 1; b < 256; b++) {
+          int low = 0;
+
+          while (!((b >> low) & 1))
+            low++;
+          map[i][b] = map[i][b & (b - 1)] |
+                      1ULL << zigzag_of[8 * i + low];
+        }
+      }
+      entropy->zigzag_of_natural = map;
+    }
+    entropy->pub.decode_mcu = decode_mcu_AC_refine_fast;
+  }
+#endif
 
   for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
     compptr = cinfo->cur_comp_info[ci];
@@ -645,6 +713,234 @@ undoit:
 }
 
 
+#if IMAGEFEED_FAST_REFINE
+
+/* imagefeed: helpers for decode_mcu_AC_refine_fast() */
+
+static INLINE int
+refine_ctz(unsigned long long x)      /* x != 0 */
+{
+#if defined(__GNUC__) || defined(__clang__)
+  return __builtin_ctzll(x);
+#else
+  int n = 0;
+
+  while (!(x & 1)) {
+    x >>= 1;
+    n++;
+  }
+  return n;
+#endif
+}
+
+/* Positions lo..hi (zigzag indices, 0 <= lo, hi <= 63) as a mask; empty if
+ * lo > hi.
+ */
+static INLINE unsigned long long
+refine_range(int lo, int hi)
+{
+  if (lo > hi)
+    return 0;
+  return (~0ULL >> (63 - hi)) & (~0ULL << lo);
+}
+
+/* Appends the correction bits of the already-nonzero coefficients at the
+ * positions in `mask` (ascending zigzag order), one bit each, read and added as
+ * the stock loop reads and adds them.
+ */
+#define REFINE_CORRECT(mask, failaction) { \
+  unsigned long long m_ = (mask); \
+  while (m_) { \
+    JCOEF *c_ = *block + jpeg_natural_order[refine_ctz(m_)]; \
+    m_ &= m_ - 1; \
+    CHECK_BIT_BUFFER(br_state, 1, failaction); \
+    if (((get_buffer >> --bits_left) & 1) && (*c_ & p1) == 0) { \
+      if (*c_ >= 0) \
+        *c_ += (JCOEF)p1; \
+      else \
+        *c_ += (JCOEF)m1; \
+    } \
+  } \
+}
+
+/* The nonzero coefficients of a block as a mask in zigzag order: compared 16
+ * at a time in natural order (SSE2), then each byte of that mask mapped
+ * through zigzag_of_natural (built in start_pass_phuff_decoder()).
+ */
+static INLINE unsigned long long
+refine_nonzero(phuff_entropy_ptr entropy, JCOEFPTR block)
+{
+  unsigned long long zero, nonzero;
+  const unsigned long long (*map)[256] = entropy->zigzag_of_natural;
+#ifdef REFINE_SSE2
+  __m128i z = _mm_setzero_si128(), v[8];
+  int i;
+
+  for (i = 0; i < 8; i++)
+    v[i] = _mm_cmpeq_epi16(_mm_loadu_si128((const __m128i *)(block + 8 * i)),
+                           z);
+  zero = (unsigned long long)(unsigned)
+           _mm_movemask_epi8(_mm_packs_epi16(v[0], v[1])) |
+         (unsigned long long)(unsigned)
+           _mm_movemask_epi8(_mm_packs_epi16(v[2], v[3])) << 16 |
+         (unsigned long long)(unsigned)
+           _mm_movemask_epi8(_mm_packs_epi16(v[4], v[5])) << 32 |
+         (unsigned long long)(unsigned)
+           _mm_movemask_epi8(_mm_packs_epi16(v[6], v[7])) << 48;
+  nonzero = ~zero;
+#else
+  int i;
+
+  nonzero = 0;
+  for (i = 0; i < DCTSIZE2; i++)
+    nonzero |= (unsigned long long)(block[i] != 0) << i;
+  (void)zero;
+#endif
+  return map[0][nonzero & 0xFF] | map[1][(nonzero >> 8) & 0xFF] |
+         map[2][(nonzero >> 16) & 0xFF] | map[3][(nonzero >> 24) & 0xFF] |
+         map[4][(nonzero >> 32) & 0xFF] | map[5][(nonzero >> 40) & 0xFF] |
+         map[6][(nonzero >> 48) & 0xFF] | map[7][nonzero >> 56];
+}
+
+/*
+ * decode_mcu_AC_refine() with the positions of the block's nonzero
+ * coefficients in the band taken once, as a 64-bit mask in zigzag order, at
+ * the start of the block.  The stock loop walks the band a coefficient at a
+ * time, branching on whether each is zero; here the run of a symbol ends at
+ * the (r+1)-th zero of the mask, and the walk visits only the nonzero
+ * coefficients before it, reading and adding their correction bits exactly as
+ * the stock loop does (one bit each, refilling where it refills).  Only the
+ * coefficient being placed, at a position the walk has reached, changes while
+ * the block is decoded, so the mask stays right for the positions ahead.
+ */
+
+METHODDEF(boolean)
+decode_mcu_AC_refine_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
+{
+  phuff_entropy_ptr entropy = (phuff_entropy_ptr)cinfo->entropy;
+  int Se = cinfo->Se;
+  int p1 = 1 << cinfo->Al;        /* 1 in the bit position being coded */
+  int m1 = (NEG_1) << cinfo->Al;  /* -1 in the bit position being coded */
+  register int s, k, r;
+  unsigned int EOBRUN;
+  JBLOCKROW block;
+  BITREAD_STATE_VARS;
+  d_derived_tbl *tbl;
+  int num_newnz;
+  int newnz_pos[DCTSIZE2];
+  unsigned long long nz;
+
+  /* Process restart marker if needed; may have to suspend */
+  if (cinfo->restart_interval) {
+    if (entropy->restarts_to_go == 0)
+      if (!process_restart(cinfo))
+        return FALSE;
+  }
+
+  /* If we've run out of data, don't modify the MCU.
+   */
+  if (!entropy->pub.insufficient_data) {
+
+    /* Load up working state */
+    BITREAD_LOAD_STATE(cinfo, entropy->bitstate);
+    EOBRUN = entropy->saved.EOBRUN; /* only part of saved state we need */
+
+    /* There is always only one block per MCU */
+    block = MCU_data[0];
+    tbl = entropy->ac_derived_tbl;
+
+    /* If we are forced to suspend, we must undo the assignments to any newly
+     * nonzero coefficients in the block; correction bits already added are
+     * recognized when the MCU is decoded again (see decode_mcu_AC_refine()).
+     */
+    num_newnz = 0;
+
+    /* initialize coefficient loop counter to start of band */
+    k = cinfo->Ss;
+
+    /* The band's nonzero coefficients (Ss >= 1 in an AC scan, Se <= 63) */
+    nz = refine_nonzero(entropy, *block) & refine_range(k, Se);
+
+    if (EOBRUN == 0) {
+      for (; k <= Se; k++) {
+        unsigned long long zeros;
+        int target;
+
+        HUFF_DECODE(s, br_state, tbl, goto undoit, label4);
+        r = s >> 4;
+        s &= 15;
+        if (s) {
+          if (s != 1)           /* size of new coef should always be 1 */
+            WARNMS(cinfo, JWRN_HUFF_BAD_CODE);
+          CHECK_BIT_BUFFER(br_state, 1, goto undoit);
+          if (GET_BITS(1))
+            s = p1;             /* newly nonzero coef is positive */
+          else
+            s = m1;             /* newly nonzero coef is negative */
+        } else {
+          if (r != 15) {
+            EOBRUN = 1 << r;    /* EOBr, run length is 2^r + appended bits */
+            if (r) {
+              CHECK_BIT_BUFFER(br_state, r, goto undoit);
+              r = GET_BITS(r);
+              EOBRUN += r;
+            }
+            break;              /* rest of block is handled by EOB logic */
+          }
+          /* note s = 0 for processing ZRL */
+        }
+        /* Advance over already-nonzero coefs and r still-zero coefs,
+         * appending correction bits to the nonzeroes: the walk stops at the
+         * (r+1)-th zero from k, or past the band (target = Se + 1).
+         */
+        zeros = ~nz & refine_range(k, Se);
+        while (r-- > 0)
+          zeros &= zeros - 1;
+        target = zeros ? refine_ctz(zeros) : Se + 1;
+        REFINE_CORRECT(nz & refine_range(k, target - 1), goto undoit);
+        k = target;
+        if (s) {
+          int pos = jpeg_natural_order[k];
+          /* Output newly nonzero coefficient */
+          (*block)[pos] = (JCOEF)s;
+          /* Remember its position in case we have to suspend */
+          newnz_pos[num_newnz++] = pos;
+        }
+      }
+    }
+
+    if (EOBRUN > 0) {
+      /* Append a correction bit to each already-nonzero coefficient left in
+       * the band.
+       */
+      if (k <= Se)
+        REFINE_CORRECT(nz & refine_range(k, Se), goto undoit);
+      /* Count one block completed in EOB run */
+      EOBRUN--;
+    }
+
+    /* Completed MCU, so update state */
+    BITREAD_SAVE_STATE(cinfo, entropy->bitstate);
+    entropy->saved.EOBRUN = EOBRUN; /* only part of saved state we need */
+  }
+
+  /* Account for restart interval (no-op if not using restarts) */
+  if (cinfo->restart_interval)
+    entropy->restarts_to_go--;
+
+  return TRUE;
+
+undoit:
+  /* Re-zero any output coefficients that we made newly nonzero */
+  while (num_newnz > 0)
+    (*block)[newnz_pos[--num_newnz]] = 0;
+
+  return FALSE;
+}
+
+#endif /* IMAGEFEED_FAST_REFINE */
+
+
 /*
  * Module initialization routine for progressive Huffman entropy decoding.
  */
@@ -666,6 +962,7 @@ jinit_phuff_decoder(j_decompress_ptr cinfo)
   for (i = 0; i < NUM_HUFF_TBLS; i++) {
     entropy->derived_tbls[i] = NULL;
   }
+  entropy->zigzag_of_natural = NULL;    /* imagefeed: built when first used */
 
   /* Create progression status table */
   cinfo->coef_bits = (int (*)[DCTSIZE2])
