@@ -752,14 +752,11 @@ refine_range(int lo, int hi)
   unsigned long long m_ = (mask); \
   while (m_) { \
     JCOEF *c_ = *block + jpeg_natural_order[refine_ctz(m_)]; \
+    int v_ = *c_, add_; \
     m_ &= m_ - 1; \
     CHECK_BIT_BUFFER(br_state, 1, failaction); \
-    if (((get_buffer >> --bits_left) & 1) && (*c_ & p1) == 0) { \
-      if (*c_ >= 0) \
-        *c_ += (JCOEF)p1; \
-      else \
-        *c_ += (JCOEF)m1; \
-    } \
+    add_ = (int)((get_buffer >> --bits_left) & 1) & ((v_ & p1) == 0); \
+    *c_ = (JCOEF)(v_ + ((v_ >= 0 ? p1 : m1) & -add_)); \
   } \
 }
 
