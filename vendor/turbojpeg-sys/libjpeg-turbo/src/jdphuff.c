@@ -99,6 +99,8 @@ METHODDEF(boolean) decode_mcu_AC_refine_fast(j_decompress_ptr cinfo,
 #endif
 
 
+#if IMAGEFEED_FAST_REFINE
+
 /* imagefeed: IMAGEFEED_STOCK_HUFFMAN=1 selects the stock decoders, as in
  * jdhuff.c (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
  */
@@ -114,6 +116,8 @@ stock_huffman_requested(void)
 #endif
   return FALSE;
 }
+
+#endif
 
 
 /*
