@@ -316,17 +316,39 @@ fn libjpeg_turbo_decodes_bit_for_bit_as_the_stock_library() {
 /// environment is shared by its test threads.
 #[test]
 fn the_stock_huffman_decoder_switch_decodes_the_same() {
-    const NAME: &str = "turbo_exact::the_stock_huffman_decoder_switch_decodes_the_same";
-    if std::env::var_os("IMAGEFEED_STOCK_HUFFMAN").is_some() {
+    check_digests_with(
+        "the_stock_huffman_decoder_switch_decodes_the_same",
+        "IMAGEFEED_STOCK_HUFFMAN",
+    );
+}
+
+/// `IMAGEFEED_REFINE_NO_PDEP=1` makes the refinement-scan decoder find the end of a run
+/// without the BMI2 `PDEP` instruction, as it does on CPUs without a fast one: on a CPU with
+/// one, this checks the other path (the test above it checks the path this CPU takes).
+#[test]
+fn the_refinement_decoder_without_pdep_decodes_the_same() {
+    check_digests_with(
+        "the_refinement_decoder_without_pdep_decodes_the_same",
+        "IMAGEFEED_REFINE_NO_PDEP",
+    );
+}
+
+/// Runs the test `name` again in a child process with `var=1`, where it checks the digests.
+fn check_digests_with(name: &str, var: &str) {
+    if std::env::var_os(var).is_some() {
         check_digests();
         return;
     }
     if std::env::var_os("IMAGEFEED_WRITE_TURBO_DIGESTS").is_some() {
-        return; // the test above writes them
+        return; // libjpeg_turbo_decodes_bit_for_bit_as_the_stock_library writes them
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([NAME, "--exact", "--test-threads=1"])
-        .env("IMAGEFEED_STOCK_HUFFMAN", "1")
+        .args([
+            &format!("turbo_exact::{name}"),
+            "--exact",
+            "--test-threads=1",
+        ])
+        .env(var, "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

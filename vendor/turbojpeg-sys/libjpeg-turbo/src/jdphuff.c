@@ -66,6 +66,8 @@ typedef struct {
    * zigzag position z (built when a refinement scan first needs it)
    */
   unsigned long long (*zigzag_of_natural)[256];
+  /* imagefeed: find a run's end with PDEP (refine_pdep_usable()) */
+  boolean refine_use_pdep;
 } phuff_entropy_decoder;
 
 typedef phuff_entropy_decoder *phuff_entropy_ptr;
@@ -94,6 +96,17 @@ METHODDEF(boolean) decode_mcu_AC_refine(j_decompress_ptr cinfo,
 #endif
 METHODDEF(boolean) decode_mcu_AC_refine_fast(j_decompress_ptr cinfo,
                                              JBLOCKROW *MCU_data);
+/* imagefeed: decode_mcu_AC_refine_fast() finds the end of a run with one BMI2
+ * PDEP instruction where the CPU has a fast one (GCC and Clang, through inline
+ * assembly, so that the library is still built for the baseline x86-64 and the
+ * instruction runs only where refine_pdep_usable() found it).
+ */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define IMAGEFEED_REFINE_PDEP  1
+#include <cpuid.h>
+#else
+#define IMAGEFEED_REFINE_PDEP  0
+#endif
 #else
 #define IMAGEFEED_FAST_REFINE  0
 #endif
@@ -115,6 +128,47 @@ stock_huffman_requested(void)
     return TRUE;
 #endif
   return FALSE;
+}
+
+/* imagefeed: whether decode_mcu_AC_refine_fast() may use PDEP: the CPU has
+ * BMI2 and is an Intel one or an AMD/Hygon one of family 19h or later (Zen 3
+ * on; earlier AMD CPUs run PDEP in microcode, tens to hundreds of cycles), and
+ * IMAGEFEED_REFINE_NO_PDEP=1 is not set (to check the other path).  The CPU
+ * part is asked once a thread.
+ */
+
+LOCAL(boolean)
+refine_pdep_usable(void)
+{
+#if IMAGEFEED_REFINE_PDEP
+  static THREAD_LOCAL int cpu_ok = -1;
+#ifndef NO_GETENV
+  char env[2] = { 0 };
+
+  if (!GETENV_S(env, 2, "IMAGEFEED_REFINE_NO_PDEP") && env[0] == '1')
+    return FALSE;
+#endif
+  if (cpu_ok < 0) {
+    unsigned int a, b, c, d, vendor[3], family;
+
+    cpu_ok = 0;
+    if (__get_cpuid(0, &a, &vendor[0], &vendor[2], &vendor[1]) && a >= 7 &&
+        __get_cpuid(1, &a, &b, &c, &d)) {
+      family = (a >> 8) & 0xF;
+      if (family == 0xF)
+        family += (a >> 20) & 0xFF;
+      if (!memcmp(vendor, "GenuineIntel", 12) ||
+          ((!memcmp(vendor, "AuthenticAMD", 12) ||
+            !memcmp(vendor, "HygonGenuine", 12)) && family >= 0x19)) {
+        __cpuid_count(7, 0, a, b, c, d);
+        cpu_ok = (b >> 8) & 1;      /* BMI2 */
+      }
+    }
+  }
+  return cpu_ok == 1;
+#else
+  return FALSE;
+#endif
 }
 
 #endif
@@ -225,6 +279,7 @@ start_pass_phuff_decoder(j_decompress_ptr cinfo)
       }
       entropy->zigzag_of_natural = map;
     }
+    entropy->refine_use_pdep = refine_pdep_usable();
     entropy->pub.decode_mcu = decode_mcu_AC_refine_fast;
   }
 #endif
@@ -743,6 +798,20 @@ refine_ctz(unsigned long long x)      /* x != 0 */
 #endif
 }
 
+#if IMAGEFEED_REFINE_PDEP
+/* BMI2 PDEP: the bits of `src` deposited at the set bits of `mask`, lowest
+ * first (only where refine_pdep_usable()).
+ */
+static INLINE unsigned long long
+refine_pdep(unsigned long long src, unsigned long long mask)
+{
+  unsigned long long out;
+
+  __asm__("pdepq %2, %1, %0" : "=r" (out) : "r" (src), "rm" (mask));
+  return out;
+}
+#endif
+
 /* Positions lo..hi (zigzag indices, 0 <= lo, hi <= 63) as a mask; empty if
  * lo > hi.
  */
@@ -827,6 +896,9 @@ decode_mcu_AC_refine_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
   int num_newnz;
   int newnz_pos[DCTSIZE2];
   unsigned long long nz;
+#if IMAGEFEED_REFINE_PDEP
+  boolean use_pdep = entropy->refine_use_pdep;
+#endif
 
   /* Process restart marker if needed; may have to suspend */
   if (cinfo->restart_interval) {
@@ -892,6 +964,11 @@ decode_mcu_AC_refine_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
          * (r+1)-th zero from k, or past the band (target = Se + 1).
          */
         zeros = ~nz & refine_range(k, Se);
+#if IMAGEFEED_REFINE_PDEP
+        if (use_pdep)           /* only the (r+1)-th zero is left */
+          zeros = refine_pdep(1ULL << r, zeros);
+        else
+#endif
         while (r-- > 0)
           zeros &= zeros - 1;
         target = zeros ? refine_ctz(zeros) : Se + 1;
