@@ -130,6 +130,27 @@ def segments(data):
             return segs, i
 
 
+# dqt_dc255.jpg's flat squares: white, black and six saturated colours
+DQT_SQUARES = [(255, 255, 255), (0, 0, 0), (230, 30, 30), (30, 200, 40), (20, 40, 220),
+               (250, 220, 30), (200, 40, 200), (40, 210, 210)]
+
+
+def dc_quant_255(data):
+    """`data` with the DC entry (the first value) of every quantization table set to 255."""
+    b = bytearray(data)
+    for mk, off, ln in segments(b)[0]:
+        if mk == 0xDB:
+            i = off + 4
+            while i < off + ln:
+                if b[i] >> 4 == 0:  # 8-bit values
+                    b[i + 1] = 255
+                    i += 65
+                else:  # 16-bit values
+                    b[i + 1:i + 3] = (255).to_bytes(2, "big")
+                    i += 129
+    return bytes(b)
+
+
 def mad(a, b):
     return float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).mean())
 
@@ -213,6 +234,17 @@ def build(bg, out, tmp):
     # after every row of blocks in every scan.
     run(["jpegtran", "-progressive", "-restart", "1", "-outfile", V("progressive_restart.jpg"),
          V("s444.jpg")])
+    # The 400x300 crop with eight flat colour squares (64x64, on the 16-px MCU grid, so their
+    # blocks have no AC terms), q85 4:2:0, then the DC entry of both quantization tables set to
+    # 255: a legal JPEG (8-bit tables hold 1-255) whose dequantized DC values overflow 16 bits,
+    # in blocks with AC terms and without (libjpeg-turbo's SIMD 4x4 IDCT takes a shortcut for
+    # the latter, which wraps such values where its full path saturates them).
+    flat = base.copy()
+    for k, colour in enumerate(DQT_SQUARES):
+        x, y = 16 + (k % 4) * 96, 16 + (k // 4) * 144
+        flat.paste(colour, (x, y, x + 64, y + 64))
+    cjpeg(flat, os.path.join(tmp, "squares.jpg"), "-quality", "85", "-sample", "2x2")
+    open(V("dqt_dc255.jpg"), "wb").write(dc_quant_255(open(os.path.join(tmp, "squares.jpg"), "rb").read()))
 
     gray = m[1].crop((200, 150, 560, 390)).convert("L")         # 360x240, photo_1
     cjpeg(gray, V("gray.jpg"), "-quality", "85")
@@ -399,6 +431,13 @@ def verify(out, tmp):
         same = run(["djpeg", "-ppm", V(prog)]).stdout == run(["djpeg", "-ppm", V(base)]).stdout
         check(sof == [0xC2] and sos == n_scans and (n_rst > 0) == (prog == "progressive_restart.jpg") and same,
               f"{prog}: SOF2, {sos} scans, {n_rst} RSTn markers, djpeg output identical to {base}: {same}")
+    dq = open(V("dqt_dc255.jpg"), "rb").read()
+    tables = [(dq[o + 4:o + ln], mk) for mk, o, ln in segments(dq)[0] if mk == 0xDB]
+    dc = [t[1] for t, _ in tables]
+    y = np.asarray(Image.open(V("dqt_dc255.jpg")).convert("L"))
+    check(dc == [255, 255] and all(t[0] >> 4 == 0 for t, _ in tables) and y.min() == 0 and y.max() == 255,
+          f"dqt_dc255.jpg: two 8-bit quantization tables with DC entry {dc}, decodes to 0..255 "
+          f"(Pillow: {y.min()}..{y.max()})")
     icc = Image.open(V("icc.jpg")).info.get("icc_profile")
     check(icc and ImageCms.getProfileDescription(ImageCms.ImageCmsProfile(io.BytesIO(icc))).strip() == "sRGB built-in",
           f"icc.jpg carries a {len(icc)}-byte sRGB ICC profile (APP2 ICC_PROFILE)")

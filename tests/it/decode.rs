@@ -165,8 +165,9 @@ fn png_exif_orientation_is_applied() {
 }
 
 /// Every file of `testdata/valid/`.
-const VALID: [&str; 28] = [
+const VALID: [&str; 29] = [
     "baseline_420.jpg",
+    "dqt_dc255.jpg",
     "noninterleaved.jpg",
     "progressive_sa.jpg",
     "progressive_restart.jpg",
@@ -352,10 +353,12 @@ fn rgba_and_gray_png_channels() {
 fn zune_and_default_decoders_agree() {
     let dir = common::testdata("valid");
     let mut report = Vec::new();
-    // noninterleaved.jpg: zune-jpeg refuses it (its own test above).
+    // noninterleaved.jpg: zune-jpeg refuses it (its own test above). dqt_dc255.jpg: its
+    // dequantized DC values overflow 16 bits, which libjpeg-turbo's SIMD IDCTs wrap or saturate;
+    // zune-jpeg decodes it to another image (mean abs diff 36 at 160x160).
     for name in VALID
         .iter()
-        .filter(|n| n.ends_with(".jpg") && **n != "noninterleaved.jpg")
+        .filter(|n| n.ends_with(".jpg") && **n != "noninterleaved.jpg" && **n != "dqt_dc255.jpg")
     {
         let p = dir.join(name);
         let default = decode_160(&p);

@@ -333,6 +333,17 @@ fn the_refinement_decoder_without_pdep_decodes_the_same() {
     );
 }
 
+/// `IMAGEFEED_IDCT_NO_PAIR=1` makes libjpeg-turbo run its 4x4 IDCT (the 1/2 scale) one
+/// block at a time, as on CPUs without AVX2, instead of two blocks in one AVX2 pass: on a CPU
+/// with AVX2 this checks the other path.
+#[test]
+fn the_single_block_idct_decodes_the_same() {
+    check_digests_with(
+        "the_single_block_idct_decodes_the_same",
+        "IMAGEFEED_IDCT_NO_PAIR",
+    );
+}
+
 /// Runs the test `name` again in a child process with `var=1`, where it checks the digests.
 fn check_digests_with(name: &str, var: &str) {
     if std::env::var_os(var).is_some() {

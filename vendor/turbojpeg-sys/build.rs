@@ -12,6 +12,8 @@ fn main() -> Result<()> {
     // (vendor/turbojpeg-sys-fast-ac.patch).
     println!("cargo:rerun-if-changed=libjpeg-turbo/src/jdhuff.c");
     println!("cargo:rerun-if-changed=libjpeg-turbo/src/jdphuff.c");
+    println!("cargo:rerun-if-changed=libjpeg-turbo/src/jdcoefct.c");
+    println!("cargo:rerun-if-changed=libjpeg-turbo/simd/x86_64/jsimd.c");
     let link_kind = get_link_kind()?;
     let library = build_or_find_library(link_kind)?;
     generate_or_copy_bindings(&library)?;
