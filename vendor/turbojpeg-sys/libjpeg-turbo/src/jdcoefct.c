@@ -36,8 +36,9 @@
  * where the full pass would saturate, so hostile values can differ): here
  * both are computed and each lane takes the one its block would.
  * decompress_onepass() and decompress_data() hold a 4x4 IDCT back until the
- * next one of the same MCU (or block row) comes, then run the pair; the
- * blocks read and the output written are disjoint, so order does not matter.
+ * next one of the same MCU (or, in decompress_data(), of the same component)
+ * comes, then run the pair; the blocks read and the output written are
+ * disjoint, so order does not matter.
  * Built with GCC and Clang on x86-64 with SIMD, and used where
  * jsimd_imagefeed_can_idct_4x4_pair() finds AVX2 in use.
  */
