@@ -242,8 +242,8 @@ enum Kind {
 
 #[cfg(feature = "turbojpeg")]
 fn encode(rgb: &[u8], w: u32, h: u32, quality: u8, kind: Kind) -> Result<Vec<u8>, Error> {
-    use turbojpeg::{Compressor, Image, PixelFormat, Subsamp};
-    let e = |e: turbojpeg::Error| Error::decode("<corpus>", e);
+    use imagefeed_jpeg::{Compressor, Image, PixelFormat, Subsamp};
+    let e = |e: imagefeed_jpeg::Error| Error::decode("<corpus>", e);
     let mut c = Compressor::new().map_err(e)?;
     c.set_quality(i32::from(quality)).map_err(e)?;
     let (w, h) = (w as usize, h as usize);

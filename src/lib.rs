@@ -38,9 +38,12 @@
 //!
 //! | feature     | default | what it adds |
 //! |-------------|---------|--------------|
-//! | `turbojpeg` | yes     | libjpeg-turbo (built from source: needs `cmake` and `nasm`) with DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg |
+//! | `turbojpeg` | yes     | libjpeg-turbo 3.1.0 through the `imagefeed-jpeg` crate (built with the `cc` crate; `nasm` for its SIMD code), with imagefeed's bit-identical faster Huffman decoder and DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg. [`decoder_info`] says which decoder a build has |
+//! | `stock-libjpeg-turbo` | no | the same libjpeg-turbo without imagefeed's patch (upstream C only) |
+//! | `remote`    | yes     | sources in object storage (`s3://`, `gs://`, `az://`, `http(s)://`) through object_store and tokio |
 //! | `cuda`      | no      | [`Device::Cuda`]: pinned staging, asynchronous copies and normalization on the GPU (cudarc, libcuda loaded at run time); `Batch::cuda` |
 //! | `cuda-11040` | yes    | the CUDA version cudarc is built for with `cuda` (11.4, the oldest; nothing without `cuda`); turn the default features off to choose another (README, "GPU") |
+//! | `corpus`    | no      | `imagefeed::corpus`: the synthetic benchmark corpus the command line writes |
 //!
 //! ## Tuning
 //!
@@ -62,6 +65,8 @@
 mod batch;
 mod builder;
 mod cache;
+#[cfg(feature = "corpus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "corpus")))]
 pub mod corpus;
 mod decode;
 mod error;
@@ -88,7 +93,7 @@ mod tune;
 
 pub use batch::{Batch, Images};
 pub use builder::{CachePolicy, Device, LoaderBuilder, LoaderState, MemoryBudget, ShardPadding};
-pub use decode::JpegDecoder;
+pub use decode::{decoder_info, DecoderInfo, JpegDecoder};
 pub use error::{BoxError, Error, ErrorKind, OnError};
 pub use loader::{Batches, Loader};
 pub use shards::{write_shards, ShardsWritten};

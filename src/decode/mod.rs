@@ -53,6 +53,73 @@ const PNG_METADATA_BYTES: u64 = 16 << 20;
 /// libjpeg-turbo's guard against progressive files with absurd scan counts (real files have ~10).
 const JPEG_SCAN_LIMIT: u32 = 500;
 
+/// The JPEG decoder a build of imagefeed decodes with by default ([`JpegDecoder::Auto`]):
+/// what [`decoder_info`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DecoderInfo {
+    /// `"libjpeg-turbo"` (the `turbojpeg` feature, on by default) or `"zune-jpeg"`.
+    pub name: &'static str,
+    /// The decoder's version.
+    pub version: &'static str,
+    /// Whether imagefeed's patch to libjpeg-turbo's Huffman decoders and 4x4 IDCT is in
+    /// (bit-identical output, less decode time): `false` with the `stock-libjpeg-turbo`
+    /// feature, and for zune-jpeg.
+    pub patched: bool,
+    /// Whether the decoder's SIMD code was built (for libjpeg-turbo on x86-64: whether `nasm`
+    /// was found at build time).
+    pub simd: bool,
+}
+
+impl std::fmt::Display for DecoderInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.name, self.version)?;
+        if self.name == "libjpeg-turbo" {
+            f.write_str(if self.patched {
+                " (imagefeed patch"
+            } else {
+                " (stock"
+            })?;
+            f.write_str(if self.simd {
+                ", SIMD)"
+            } else {
+                ", no SIMD: slow)"
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The JPEG decoder this build uses: libjpeg-turbo as the `imagefeed-jpeg` crate builds it
+/// (with the `turbojpeg` feature, the default), else zune-jpeg.
+///
+/// ```
+/// let info = imagefeed::decoder_info();
+/// println!("decoding with {info}"); // "libjpeg-turbo 3.1.0 (imagefeed patch, SIMD)"
+/// # #[cfg(feature = "turbojpeg")]
+/// assert_eq!(info.name, "libjpeg-turbo");
+/// ```
+pub fn decoder_info() -> DecoderInfo {
+    #[cfg(feature = "turbojpeg")]
+    {
+        let i = imagefeed_jpeg::info();
+        DecoderInfo {
+            name: i.name,
+            version: i.version,
+            patched: i.patched,
+            simd: i.simd,
+        }
+    }
+    #[cfg(not(feature = "turbojpeg"))]
+    DecoderInfo {
+        name: "zune-jpeg",
+        version: "0.5",
+        patched: false,
+        // zune-jpeg's x86 feature (on by default): SIMD IDCT and colour conversion.
+        simd: cfg!(any(target_arch = "x86_64", target_arch = "x86")),
+    }
+}
+
 /// Which JPEG decoder to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -219,7 +286,7 @@ struct Layout {
     len: usize,
     planes: Option<PlaneLayout>,
     #[cfg(feature = "turbojpeg")]
-    subsamp: turbojpeg::Subsamp,
+    subsamp: imagefeed_jpeg::Subsamp,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -240,7 +307,7 @@ impl Layout {
             len: width * height * 3,
             planes: None,
             #[cfg(feature = "turbojpeg")]
-            subsamp: turbojpeg::Subsamp::None,
+            subsamp: imagefeed_jpeg::Subsamp::None,
         }
     }
 
@@ -248,11 +315,10 @@ impl Layout {
     /// and rows aligned to 1 byte (`tj3DecompressToYUV8`), or `None` where it would not
     /// write planes.
     #[cfg(feature = "turbojpeg")]
-    fn planes(w: usize, h: usize, sub: turbojpeg::Subsamp) -> Option<Layout> {
-        use turbojpeg::Subsamp;
+    fn planes(w: usize, h: usize, sub: imagefeed_jpeg::Subsamp) -> Option<Layout> {
+        use imagefeed_jpeg::Subsamp;
         let count = if sub == Subsamp::Gray { 1 } else { 3 };
-        let (sx, sy) = (sub.width(), sub.height());
-        let (wi, hi) = (i32::try_from(w).ok()?, i32::try_from(h).ok()?);
+        let (sx, sy) = sub.factors();
         let mut p = PlaneLayout {
             count,
             offset: [0; 3],
@@ -262,15 +328,8 @@ impl Layout {
         };
         let mut len = 0usize;
         for i in 0..count {
-            let c = i as i32;
-            // SAFETY: pure arithmetic on its arguments (no pointers).
-            let (pw, ph) = unsafe {
-                (
-                    turbojpeg::raw::tj3YUVPlaneWidth(c, wi, sub as i32),
-                    turbojpeg::raw::tj3YUVPlaneHeight(c, hi, sub as i32),
-                )
-            };
-            let (pw, ph) = (usize::try_from(pw).ok()?, usize::try_from(ph).ok()?);
+            let pw = imagefeed_jpeg::yuv_plane_width(i, w, sub)?;
+            let ph = imagefeed_jpeg::yuv_plane_height(i, h, sub)?;
             let (cw, ch) = if i == 0 {
                 (w, h)
             } else {
@@ -285,8 +344,8 @@ impl Layout {
             p.size[i] = (cw, ch);
             len = len.checked_add(pw.checked_mul(ph)?)?;
         }
-        // What the crate checks the buffer against, so its assertion cannot fire.
-        (turbojpeg::yuv_pixels_len(w, 1, h, sub).ok()? == len).then_some(Layout {
+        // What the wrapper checks the buffer against.
+        (imagefeed_jpeg::yuv_pixels_len(w, 1, h, sub).ok()? == len).then_some(Layout {
             width: w,
             height: h,
             len,
@@ -623,12 +682,12 @@ impl Decoder {
         scale: u32,
         planes: bool,
     ) -> Result<Layout, Error> {
-        use turbojpeg::{Colorspace, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
-        let tj_err = |e: turbojpeg::Error| fail(path, format!("libjpeg-turbo: {e}"));
+        use imagefeed_jpeg::{Colorspace, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
+        let tj_err = |e: imagefeed_jpeg::Error| fail(path, format!("libjpeg-turbo: {e}"));
         // A fresh decompressor for every image (0.25 us): libjpeg keeps quantization and
         // Huffman tables between images on one decompressor (for abbreviated streams), so a
         // file missing its tables would otherwise decode with the previous image's.
-        let mut tj = turbojpeg::Decompressor::new().map_err(tj_err)?;
+        let mut tj = imagefeed_jpeg::Decompressor::new().map_err(tj_err)?;
         tj.set_scan_limit(JPEG_SCAN_LIMIT).map_err(tj_err)?;
         let factor = ScalingFactor::new(1, scale as usize);
         tj.set_scaling_factor(factor).map_err(tj_err)?;
@@ -641,7 +700,7 @@ impl Decoder {
             // libjpeg-turbo fails a header read on a warning: one about metadata is read
             // again without it, as the decode below does.
             let hdr = tj.read_header(bytes).or_else(|e| match &e {
-                turbojpeg::Error::TurboJpegError(msg)
+                imagefeed_jpeg::Error::Library { message: msg, .. }
                     if turbo_warning(msg) == Some(TurboWarning::Metadata) =>
                 {
                     tj.read_header(&header::without_segments(bytes, &[0xE0, 0xE2]))
@@ -698,7 +757,7 @@ impl Decoder {
         // libjpeg-turbo reports a warning as a failure after finishing the image, with the
         // text of the first warning only (see `TurboWarning`).
         let mut result = run(bytes);
-        if let Err(turbojpeg::Error::TurboJpegError(msg)) = &result {
+        if let Err(imagefeed_jpeg::Error::Library { message: msg, .. }) = &result {
             if turbo_warning(msg) == Some(TurboWarning::Metadata) {
                 // The first warning was about metadata: decode again without the JFIF and ICC
                 // segments (the pixels do not depend on them), so a later warning about the
@@ -709,7 +768,7 @@ impl Decoder {
         }
         match result {
             Ok(()) => {}
-            Err(turbojpeg::Error::TurboJpegError(msg)) => match turbo_warning(&msg) {
+            Err(imagefeed_jpeg::Error::Library { message: msg, .. }) => match turbo_warning(&msg) {
                 Some(TurboWarning::Metadata) => {}
                 Some(TurboWarning::Data) if self.settings.accept_jpeg_warnings => {
                     log::warn!(

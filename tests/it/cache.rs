@@ -450,7 +450,7 @@ fn issue_3_not_enough_space_is_a_clear_error() {
 }
 
 fn bench_cmd(list: &Path, cache: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_imagefeed"));
+    let mut c = Command::new(crate::common::imagefeed_bin());
     c.args([
         "bench",
         list.to_str().unwrap(),

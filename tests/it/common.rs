@@ -11,11 +11,34 @@ use std::time::{Duration, Instant};
 
 use imagefeed::{Batch, Dtype, Error, LoaderBuilder, Source};
 
+/// The `imagefeed` command line (crates/imagefeed-cli), as the workspace's `cargo test` builds
+/// it next to this test binary (`target/<profile>/imagefeed`, beside `deps/`).
+pub(crate) fn imagefeed_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/");
+    let bin = dir.join(format!("imagefeed{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} is missing: the command-line tests run the workspace's binary; run `cargo test` at \
+         the repository root (it builds crates/imagefeed-cli), or `cargo build -p imagefeed-cli` \
+         first",
+        bin.display()
+    );
+    bin
+}
+
 /// A path inside `testdata/`.
 pub(crate) fn testdata(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata")
-        .join(rel)
+    // The repository's testdata/, from the library's tests or from the command line's crate.
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = here
+        .ancestors()
+        .find(|p| p.join("testdata").is_dir())
+        .unwrap_or(here);
+    root.join("testdata").join(rel)
 }
 
 /// A realistic corpus written by [`imagefeed::corpus::generate`] (`class_XX/` folders plus

@@ -206,15 +206,15 @@ fn a_header_claiming_more_pixels_than_its_data_is_an_error_with_either_decoder()
     #[cfg(feature = "turbojpeg")]
     for progressive in [true, false] {
         let black = vec![0u8; 2048 * 2048 * 3];
-        let mut c = turbojpeg::Compressor::new().unwrap();
+        let mut c = imagefeed_jpeg::Compressor::new().unwrap();
         c.set_progressive(progressive).unwrap();
         c.set_optimize(true).unwrap();
-        let image = turbojpeg::Image {
+        let image = imagefeed_jpeg::Image {
             pixels: &black[..],
             width: 2048,
             pitch: 2048 * 3,
             height: 2048,
-            format: turbojpeg::PixelFormat::RGB,
+            format: imagefeed_jpeg::PixelFormat::RGB,
         };
         let jpeg = c.compress_to_vec(image).unwrap();
         println!(
@@ -1082,6 +1082,7 @@ fn a_png_header_claiming_more_pixels_than_its_file_can_hold_is_refused_before_de
     assert!(px.iter().all(|&v| v == 0));
 }
 
+#[cfg(feature = "corpus")]
 #[test]
 fn imagefeed_corpus_replaces_nothing() {
     // `imagefeed corpus DIR` over a folder holding files of the same names used to overwrite
@@ -1128,7 +1129,7 @@ fn cli_resume_finishes_its_epoch_and_refuses_what_is_not_a_state() {
     let dir = tempfile::tempdir().unwrap();
     let (list, _) = small_list(dir.path());
     let bench = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        std::process::Command::new(crate::common::imagefeed_bin())
             .arg("bench")
             .arg(&list)
             .args(["--batch-size", "2", "--json"])
@@ -1176,7 +1177,7 @@ fn cli_outputs_never_replace_an_input() {
     let dir = tempfile::tempdir().unwrap();
     let (list, text) = small_list(dir.path());
     for flag in ["--indices-out", "--state-out"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
             .current_dir(dir.path())
             .args([
                 "bench",
@@ -1209,7 +1210,7 @@ fn cli_outputs_replace_only_what_they_wrote() {
     std::fs::copy(&sample, &image).unwrap();
     let before = std::fs::read(&image).unwrap();
     let run = |flag: &str, out: &Path| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        std::process::Command::new(crate::common::imagefeed_bin())
             .args(["bench", list.to_str().unwrap(), "--batch-size", "4"])
             .args(["--max-batches", "1", flag, out.to_str().unwrap()])
             .output()
@@ -1226,7 +1227,7 @@ fn cli_outputs_replace_only_what_they_wrote() {
         assert_eq!(std::fs::read(&image).unwrap(), before, "{flag}");
     }
     // The sweep's plot too (refused before the sweep runs).
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+    let out = std::process::Command::new(crate::common::imagefeed_bin())
         .args([
             "bench",
             list.to_str().unwrap(),
@@ -1402,7 +1403,7 @@ fn an_empty_class_folder_and_loose_images_are_warned_about() {
         (2, Some(2)),
         "labels follow the sorted folder names"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+    let out = std::process::Command::new(crate::common::imagefeed_bin())
         .args(["bench", "--threads", "1", "--json"])
         .arg(d)
         .output()
@@ -1511,16 +1512,16 @@ fn issue_6_large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels(
         let rgb: Vec<u8> = (0..w * h * 3)
             .map(|i| ((i / 3) % 200 + (i % 3) * 20) as u8)
             .collect();
-        let mut c = turbojpeg::Compressor::new().unwrap();
+        let mut c = imagefeed_jpeg::Compressor::new().unwrap();
         c.set_progressive(true).unwrap();
-        c.set_subsamp(turbojpeg::Subsamp::None).unwrap();
+        c.set_subsamp(imagefeed_jpeg::Subsamp::None).unwrap();
         c.set_quality(50).unwrap();
-        let image = turbojpeg::Image {
+        let image = imagefeed_jpeg::Image {
             pixels: &rgb[..],
             width: w,
             pitch: w * 3,
             height: h,
-            format: turbojpeg::PixelFormat::RGB,
+            format: imagefeed_jpeg::PixelFormat::RGB,
         };
         let jpeg = c.compress_to_vec(image).unwrap();
         for i in 0..2 {

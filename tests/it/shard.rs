@@ -179,7 +179,7 @@ fn issue_7_bench_indices_out_and_resume_from_the_command_line() {
     let list = corpus(64, 7).join("files.txt");
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
             .arg("bench")
             .arg(&list)
             .args([
@@ -250,7 +250,7 @@ fn issue_7_bench_indices_out_and_resume_from_the_command_line() {
         &["--no-shuffle"][..],
         &["--shard-padding", "repeat"][..],
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
             .arg("bench")
             .arg(&list)
             .args(["--batch-size", "1", "--size", "16", "16", "--seed", "4"])
@@ -264,7 +264,7 @@ fn issue_7_bench_indices_out_and_resume_from_the_command_line() {
             "{other:?}: {err}"
         );
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+    let out = std::process::Command::new(crate::common::imagefeed_bin())
         .arg("bench")
         .arg(&sub)
         .args(["--batch-size", "1", "--size", "16", "16", "--seed", "4"])

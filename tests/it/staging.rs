@@ -152,7 +152,7 @@ fn issue_4_dropping_mid_epoch_frees_every_slot() {
 #[test]
 fn issue_4_bench_on_an_unusable_gpu_fails_with_a_clear_message() {
     let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_imagefeed"))
+        std::process::Command::new(crate::common::imagefeed_bin())
             .args(args)
             .output()
             .unwrap()

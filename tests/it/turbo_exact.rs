@@ -1,5 +1,5 @@
-//! libjpeg-turbo as imagefeed builds it (`vendor/turbojpeg-sys`, with the Huffman decoder patch
-//! `vendor/turbojpeg-sys-fast-ac.patch`) decodes bit for bit as the stock library does: every
+//! libjpeg-turbo as imagefeed builds it (`crates/imagefeed-jpeg`, with the Huffman decoder patch
+//! `crates/imagefeed-jpeg/imagefeed.patch`) decodes bit for bit as the stock library does: every
 //! JPEG in `testdata/`, and seeded damaged copies of some (bits flipped and bytes set to `FF` in
 //! the image data, cut short, bytes changed in the Huffman tables, markers and runs of 1 bits
 //! inserted, bytes deleted and inserted; in files of several scans, a scan repeated), at each
@@ -7,13 +7,16 @@
 //! and to planes, with the same result or error, against digests written with stock
 //! libjpeg-turbo 3.1.0 (`testdata/reference/libjpeg-turbo-3.1.0.txt`).
 //!
-//! To write the digests again (after changing `testdata/`), with the stock library: take the
-//! `[patch.crates-io]` lines out of Cargo.toml, run
-//! `IMAGEFEED_WRITE_TURBO_DIGESTS=1 cargo test --test it turbo_exact`, and put them back.
+//! To write the digests again (after changing `testdata/`), with the stock library:
+//! `IMAGEFEED_WRITE_TURBO_DIGESTS=1 cargo test -p imagefeed --features imagefeed-jpeg/stock-libjpeg-turbo --test it turbo_exact`.
+//! With that feature the same test checks the stock build against the digests.
 #![cfg(feature = "turbojpeg")]
 
+use imagefeed_jpeg::testing::{disable_fast_paths, FastPaths};
+use imagefeed_jpeg::{
+    Colorspace, Decompressor, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage,
+};
 use std::fmt::Write as _;
-use turbojpeg::{Colorspace, Decompressor, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::common::{testdata, SplitMix};
@@ -183,7 +186,7 @@ fn outcomes(bytes: &[u8]) -> String {
         let header = match tj.read_header(bytes) {
             Ok(h) => h,
             Err(e) => {
-                let _ = write!(out, "1/{denom} header: {e}; ");
+                let _ = write!(out, "1/{denom} header: {}; ", Stable(&e));
                 continue;
             }
         };
@@ -200,14 +203,14 @@ fn outcomes(bytes: &[u8]) -> String {
             height: h,
             format: PixelFormat::RGB,
         };
-        let status = tj.decompress(bytes, image).err();
+        let status = tj.decompress(bytes, image).err().map(Stable);
         let _ = write!(out, "1/{denom} rgb {status:?} {:016x}; ", xxh3_64(&rgb));
         let sub = match (header.colorspace, header.subsamp) {
             (Colorspace::YCbCr | Colorspace::Gray, Subsamp::Unknown) => continue,
             (Colorspace::YCbCr | Colorspace::Gray, sub) => sub,
             _ => continue,
         };
-        let Ok(len) = turbojpeg::yuv_pixels_len(w, 1, h, sub) else {
+        let Ok(len) = imagefeed_jpeg::yuv_pixels_len(w, 1, h, sub) else {
             continue;
         };
         let mut planes = vec![0u8; len];
@@ -218,7 +221,7 @@ fn outcomes(bytes: &[u8]) -> String {
             height: h,
             subsamp: sub,
         };
-        let status = tj.decompress_to_yuv(bytes, image).err();
+        let status = tj.decompress_to_yuv(bytes, image).err().map(Stable);
         let _ = write!(
             out,
             "1/{denom} planes {status:?} {:016x}; ",
@@ -226,6 +229,23 @@ fn outcomes(bytes: &[u8]) -> String {
         );
     }
     out
+}
+
+/// An error written as the digests record it (`TurboJPEG error: MESSAGE`, and
+/// `TurboJpegError("MESSAGE")` in debug form), so that the digests name libjpeg-turbo's
+/// messages and not a wrapper's formatting.
+struct Stable<E: std::borrow::Borrow<imagefeed_jpeg::Error>>(E);
+
+impl<E: std::borrow::Borrow<imagefeed_jpeg::Error>> std::fmt::Display for Stable<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TurboJPEG error: {}", self.0.borrow().message())
+    }
+}
+
+impl<E: std::borrow::Borrow<imagefeed_jpeg::Error>> std::fmt::Debug for Stable<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TurboJpegError({:?})", self.0.borrow().message())
+    }
 }
 
 /// The digest of the image's pixels in each plane: libjpeg-turbo pads planes to whole MCUs
@@ -236,18 +256,13 @@ fn planes_digest(planes: &[u8], w: usize, h: usize, sub: Subsamp) -> u64 {
     let mut real = Vec::new();
     let mut offset = 0;
     for i in 0..if sub == Subsamp::Gray { 1 } else { 3 } {
-        // SAFETY: pure arithmetic on its arguments (no pointers).
-        let (pw, ph) = unsafe {
-            (
-                turbojpeg::raw::tj3YUVPlaneWidth(i, w as i32, sub as i32),
-                turbojpeg::raw::tj3YUVPlaneHeight(i, h as i32, sub as i32),
-            )
-        };
-        let (pw, ph) = (pw as usize, ph as usize);
+        let pw = imagefeed_jpeg::yuv_plane_width(i, w, sub).unwrap();
+        let ph = imagefeed_jpeg::yuv_plane_height(i, h, sub).unwrap();
+        let (sx, sy) = sub.factors();
         let (cw, ch) = if i == 0 {
             (w, h)
         } else {
-            (w.div_ceil(sub.width()), h.div_ceil(sub.height()))
+            (w.div_ceil(sx), h.div_ceil(sy))
         };
         for row in 0..ch {
             let start = offset + row * pw;
@@ -310,43 +325,55 @@ fn libjpeg_turbo_decodes_bit_for_bit_as_the_stock_library() {
     check_digests();
 }
 
-/// `IMAGEFEED_STOCK_HUFFMAN=1` switches the patched library to the stock Huffman decoder (to
-/// measure what the patch gains): that decodes bit for bit the same too. Checked in a child
-/// process, because the variable is read by libjpeg-turbo in every scan and this process's
-/// environment is shared by its test threads.
+/// The patched library's switch to the stock Huffman decoders (to measure what the patch
+/// gains, `imagefeed floor --stock-paths`) decodes bit for bit the same too. Checked in a child
+/// process, because the switch is process-wide and this process's test threads share it.
 #[test]
 fn the_stock_huffman_decoder_switch_decodes_the_same() {
     check_digests_with(
         "the_stock_huffman_decoder_switch_decodes_the_same",
-        "IMAGEFEED_STOCK_HUFFMAN",
+        FastPaths {
+            stock_huffman: true,
+            ..FastPaths::default()
+        },
     );
 }
 
-/// `IMAGEFEED_REFINE_NO_PDEP=1` makes the refinement-scan decoder find the end of a run
-/// without the BMI2 `PDEP` instruction, as it does on CPUs without a fast one: on a CPU with
-/// one, this checks the other path (the test above it checks the path this CPU takes).
+/// Without the BMI2 `PDEP` instruction the refinement-scan decoder finds the end of a run as
+/// it does on CPUs without a fast one: on a CPU with one, this checks the other path (the test
+/// above checks the path this CPU takes).
 #[test]
 fn the_refinement_decoder_without_pdep_decodes_the_same() {
     check_digests_with(
         "the_refinement_decoder_without_pdep_decodes_the_same",
-        "IMAGEFEED_REFINE_NO_PDEP",
+        FastPaths {
+            no_pdep: true,
+            ..FastPaths::default()
+        },
     );
 }
 
-/// `IMAGEFEED_IDCT_NO_PAIR=1` makes libjpeg-turbo run its 4x4 IDCT (the 1/2 scale) one
-/// block at a time, as on CPUs without AVX2, instead of two blocks in one AVX2 pass: on a CPU
-/// with AVX2 this checks the other path.
+/// The 4x4 IDCT (the 1/2 scale) one block at a time, as on CPUs without AVX2, instead of two
+/// blocks in one AVX2 pass: on a CPU with AVX2 this checks the other path.
 #[test]
 fn the_single_block_idct_decodes_the_same() {
     check_digests_with(
         "the_single_block_idct_decodes_the_same",
-        "IMAGEFEED_IDCT_NO_PAIR",
+        FastPaths {
+            no_idct_pair: true,
+            ..FastPaths::default()
+        },
     );
 }
 
-/// Runs the test `name` again in a child process with `var=1`, where it checks the digests.
-fn check_digests_with(name: &str, var: &str) {
-    if std::env::var_os(var).is_some() {
+/// The child process's marker: it turns `paths` off and checks the digests.
+const CHILD: &str = "IMAGEFEED_TURBO_EXACT_CHILD";
+
+/// Runs the test `name` again in a child process, where it turns `paths` off (the library's
+/// test hook, process-wide) and checks the digests.
+fn check_digests_with(name: &str, paths: FastPaths) {
+    if std::env::var(CHILD).as_deref() == Ok(name) {
+        disable_fast_paths(paths);
         check_digests();
         return;
     }
@@ -359,7 +386,7 @@ fn check_digests_with(name: &str, var: &str) {
             "--exact",
             "--test-threads=1",
         ])
-        .env(var, "1")
+        .env(CHILD, name)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -632,10 +632,10 @@ fn issue_7_a_corrupt_member_is_a_sample_error_naming_shard_and_member() {
 #[test]
 fn issue_7_shards_command_writes_what_bench_reads() {
     let out = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_imagefeed");
+    let bin = crate::common::imagefeed_bin();
     let list = corpus(64, 7).join("files.txt");
     let shards = out.path().join("shards");
-    let st = std::process::Command::new(bin)
+    let st = std::process::Command::new(&bin)
         .args([
             "shards",
             list.to_str().unwrap(),
@@ -655,7 +655,7 @@ fn issue_7_shards_command_writes_what_bench_reads() {
         .collect();
     assert_eq!(names, expected, "four shards, each with its sidecar index");
     let indices = out.path().join("indices.txt");
-    let o = std::process::Command::new(bin)
+    let o = std::process::Command::new(&bin)
         .args([
             "bench",
             shards.to_str().unwrap(),
@@ -676,7 +676,7 @@ fn issue_7_shards_command_writes_what_bench_reads() {
         .collect();
     assert_eq!(seen, (0..64).collect());
     // Running it again into the same folder is refused; the shards stay.
-    let again = std::process::Command::new(bin)
+    let again = std::process::Command::new(&bin)
         .args(["shards", list.to_str().unwrap(), shards.to_str().unwrap()])
         .output()
         .unwrap();

@@ -99,6 +99,10 @@ enum Command {
         /// The resize filter of the DCT-scaling quality check.
         #[arg(long, value_enum, default_value_t = FilterArg::Antialiased)]
         filter: FilterArg,
+        /// Decode with libjpeg-turbo's stock Huffman decoders and one 4x4 IDCT block at a time
+        /// (the patched decoder's own fallbacks, bit-identical): what the patch gains.
+        #[arg(long)]
+        stock_paths: bool,
     },
 }
 
@@ -312,15 +316,18 @@ fn main() -> ExitCode {
             json,
             psnr_images,
             filter,
-        }) => floor(
-            &source,
-            threads,
-            size,
-            limit,
-            decoder.get(),
-            json,
-            (psnr_images, filter.get()),
-        ),
+            stock_paths,
+        }) => stock_paths_then(stock_paths).and_then(|()| {
+            floor(
+                &source,
+                threads,
+                size,
+                limit,
+                decoder.get(),
+                json,
+                (psnr_images, filter.get()),
+            )
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -383,6 +390,29 @@ fn corpus(out_dir: &std::path::Path, count: usize, seed: u64) -> Result<(), AnyE
         t.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `floor --stock-paths`: turns the patched decoder's fast paths off for this process.
+fn stock_paths_then(stock: bool) -> Result<(), AnyError> {
+    if !stock {
+        return Ok(());
+    }
+    #[cfg(feature = "turbojpeg")]
+    {
+        if !imagefeed_jpeg::info().patched {
+            return Err(
+                "--stock-paths: this build's libjpeg-turbo is already the stock one".into(),
+            );
+        }
+        imagefeed_jpeg::testing::disable_fast_paths(imagefeed_jpeg::testing::FastPaths {
+            stock_huffman: true,
+            no_idct_pair: true,
+            no_pdep: true,
+        });
+        Ok(())
+    }
+    #[cfg(not(feature = "turbojpeg"))]
+    Err("--stock-paths needs the turbojpeg feature".into())
 }
 
 fn floor(
@@ -568,10 +598,11 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     let budget = loader.memory_budget();
     if !a.json {
         eprintln!(
-            "imagefeed: {} samples, {} decode threads, batch {}, {} resize/normalize kernels, memory budget {budget}",
+            "imagefeed: {} samples, {} decode threads, batch {}, {}, {} resize/normalize kernels, memory budget {budget}",
             loader.len(),
             loader.decode_threads(),
             a.batch_size,
+            imagefeed::decoder_info(),
             imagefeed::fuzzing::simd_kernels()
         );
     }
@@ -683,6 +714,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "resize_seconds": s.resize.as_secs_f64(),
             "batch_write_seconds": s.batch_write.as_secs_f64(),
             "kernels": imagefeed::fuzzing::simd_kernels(),
+            "decoder": imagefeed::decoder_info().to_string(),
         });
         if let Device::Cuda(n) = loader.device() {
             gpu_report(&mut report, n, &s, device_wait, a.json);

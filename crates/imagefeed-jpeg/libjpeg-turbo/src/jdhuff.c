@@ -82,7 +82,7 @@ typedef struct {
 
   /* imagefeed: combined tables (see make_fast_ac() and make_fast_dc()), one
    * per AC and DC table, and the ones each block of an MCU uses.  use_fast_ac
-   * is FALSE when the environment variable IMAGEFEED_STOCK_HUFFMAN is "1": then
+   * is FALSE where a test turned the fast paths off (stock_huffman_requested()): then
    * decode_mcu() runs the stock decode_mcu_fast(), and the tables are not
    * built.
    */
@@ -213,6 +213,41 @@ make_fast_dc(const d_derived_tbl *dtbl, int *fast_dc)
  * whose blocks are decoded once, into zeroed memory (see use_pairs).  0 where
  * the combined table has 0.
  */
+/* imagefeed: why every coefficient store of decode_mcu_fast_ac() is in
+ * bounds.  Each store is (*block)[jpeg_natural_order[k]]: jpeg_natural_order[]
+ * has DCTSIZE2 + 16 entries, each < DCTSIZE2, so the store is inside the block
+ * whenever k <= DCTSIZE2 + 15, and the argument is about k alone.  A loop pass
+ * starts with k <= DCTSIZE2 - 1.
+ *   - A combined-table entry (fast_ac) adds its run, at most 15 (4 bits):
+ *     k <= DCTSIZE2 + 14.
+ *   - The stock path adds r = s >> 4 <= 15, or 15 for a ZRL: the same bound.
+ *   - A pair entry: the first store is at pos = k + run1 <= DCTSIZE2 + 14.  The
+ *     second is at pos + (bits 12-16), which is 1 + run2 <= 16 only when
+ *     PAIR_HAS2 is set, and a pair with PAIR_HAS2 is taken only when
+ *     pos < DCTSIZE2 - 1: then k <= DCTSIZE2 - 2 + 16.  Without PAIR_HAS2 the
+ *     field is 0 (make_pair_ac() sets it only with PAIR_HAS2) and the second
+ *     store is at pos again.
+ * After a pass k grows by at least 1 and the loop ends at k >= DCTSIZE2, so a
+ * pass never starts beyond DCTSIZE2 - 1.  IMAGEFEED_CHECK_ORDER() checks the
+ * bound at every store where IMAGEFEED_JPEG_CHECKS is defined (the
+ * differential harness builds it so, under AddressSanitizer and
+ * UndefinedBehaviorSanitizer: crates/imagefeed-jpeg/diff/).
+ */
+#ifdef IMAGEFEED_JPEG_CHECKS
+#include <stdio.h>
+#include <stdlib.h>
+#define IMAGEFEED_CHECK_ORDER(k) \
+  do { \
+    if ((unsigned int)(k) > DCTSIZE2 + 15) { \
+      fprintf(stderr, "imagefeed: coefficient index %d out of bounds (%s:%d)\n", \
+              (int)(k), __FILE__, __LINE__); \
+      abort(); \
+    } \
+  } while (0)
+#else
+#define IMAGEFEED_CHECK_ORDER(k)  ((void)0)
+#endif
+
 #define PAIR_HAS2       (1ULL << 17)
 #define PAIR_EOB_AFTER  (1ULL << 18)
 
@@ -260,20 +295,18 @@ make_pair_ac(const int *fast_ac, unsigned long long *pair)
 }
 
 
-/* imagefeed: IMAGEFEED_STOCK_HUFFMAN=1 selects the stock decoder, to measure
- * what the combined tables gain (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
+/* imagefeed: the stock decoder where a test or benchmark asked for it
+ * (imagefeed_jpeg_disabled_paths(), csrc/imagefeed_hooks.c): the fast paths
+ * are on unless a program turns them off through the Rust crate's
+ * `testing::disable_fast_paths`, never through the environment.
  */
+
+EXTERN(int) imagefeed_jpeg_disabled_paths(void);
 
 LOCAL(boolean)
 stock_huffman_requested(void)
 {
-#ifndef NO_GETENV
-  char env[2] = { 0 };
-
-  if (!GETENV_S(env, 2, "IMAGEFEED_STOCK_HUFFMAN") && env[0] == '1')
-    return TRUE;
-#endif
-  return FALSE;
+  return (imagefeed_jpeg_disabled_paths() & 1) != 0;
 }
 
 
@@ -1179,8 +1212,10 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
             acc <<= e & 63;
             nbits -= (int)(e & 15);
+            IMAGEFEED_CHECK_ORDER(pos);
             (*block)[jpeg_natural_order[pos]] = (JCOEF)(e >> 32);
             k = pos + (int)((e >> 12) & 31);
+            IMAGEFEED_CHECK_ORDER(k);
             (*block)[jpeg_natural_order[k]] = (JCOEF)(e >> 48);
             if (mid <= 16) {
               LBUF_FILL
@@ -1195,6 +1230,7 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
           nbits -= s & 15;
           if (!(s >> 8)) break;         /* end of block */
           k += (s >> 8) & 15;
+          IMAGEFEED_CHECK_ORDER(k);
           (*block)[jpeg_natural_order[k]] = (JCOEF)(s >> 16);
           continue;
         }
@@ -1207,6 +1243,7 @@ decode_mcu_fast_ac(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
           LBUF_FILL
           LBUF_GET_BITS(r, s);
           s = HUFF_EXTEND(r, s);
+          IMAGEFEED_CHECK_ORDER(k);
           (*block)[jpeg_natural_order[k]] = (JCOEF)s;
         } else {
           if (r != 15) break;

@@ -114,26 +114,22 @@ METHODDEF(boolean) decode_mcu_AC_refine_fast(j_decompress_ptr cinfo,
 
 #if IMAGEFEED_FAST_REFINE
 
-/* imagefeed: IMAGEFEED_STOCK_HUFFMAN=1 selects the stock decoders, as in
- * jdhuff.c (`IMAGEFEED_STOCK_HUFFMAN=1 imagefeed floor`).
+/* imagefeed: the stock decoders where a test or benchmark asked for them, as
+ * in jdhuff.c (imagefeed_jpeg_disabled_paths(), bit 1).
  */
+
+EXTERN(int) imagefeed_jpeg_disabled_paths(void);
 
 LOCAL(boolean)
 stock_huffman_requested(void)
 {
-#ifndef NO_GETENV
-  char env[2] = { 0 };
-
-  if (!GETENV_S(env, 2, "IMAGEFEED_STOCK_HUFFMAN") && env[0] == '1')
-    return TRUE;
-#endif
-  return FALSE;
+  return (imagefeed_jpeg_disabled_paths() & 1) != 0;
 }
 
 /* imagefeed: whether decode_mcu_AC_refine_fast() may use PDEP: the CPU has
  * BMI2 and is an Intel one or an AMD/Hygon one of family 19h or later (Zen 3
  * on; earlier AMD CPUs run PDEP in microcode, tens to hundreds of cycles), and
- * IMAGEFEED_REFINE_NO_PDEP=1 is not set (to check the other path).  The CPU
+ * a test has not turned it off (imagefeed_jpeg_disabled_paths(), bit 4).  The CPU
  * part is asked once a thread.
  */
 
@@ -142,12 +138,8 @@ refine_pdep_usable(void)
 {
 #if IMAGEFEED_REFINE_PDEP
   static THREAD_LOCAL int cpu_ok = -1;
-#ifndef NO_GETENV
-  char env[2] = { 0 };
-
-  if (!GETENV_S(env, 2, "IMAGEFEED_REFINE_NO_PDEP") && env[0] == '1')
+  if (imagefeed_jpeg_disabled_paths() & 4)
     return FALSE;
-#endif
   if (cpu_ok < 0) {
     unsigned int a, b, c, d, vendor[3], family;
 
@@ -823,6 +815,35 @@ refine_range(int lo, int hi)
   return (~0ULL >> (63 - hi)) & (~0ULL << lo);
 }
 
+/* Why decode_mcu_AC_refine_fast()'s stores are in bounds: jpeg_natural_order[]
+ * has DCTSIZE2 + 16 entries, each < DCTSIZE2.
+ *   - REFINE_CORRECT() visits the bits of masks cut by refine_range(lo, hi)
+ *     with 1 <= lo and hi <= Se <= DCTSIZE2 - 1, so each index is below
+ *     DCTSIZE2.
+ *   - A newly nonzero coefficient goes to jpeg_natural_order[k] with
+ *     k = target <= Se + 1 <= DCTSIZE2, inside the table (as in the stock
+ *     decoder, which also stores at Se + 1's entry when the run passes the
+ *     band).
+ *   - newnz_pos[] takes one position a loop pass; each pass moves k forward by
+ *     at least 1 from Ss >= 1 to at most Se + 1, so at most DCTSIZE2 - 1 passes.
+ * IMAGEFEED_CHECK() checks each where IMAGEFEED_JPEG_CHECKS is defined (the
+ * differential harness's sanitizer build).
+ */
+#ifdef IMAGEFEED_JPEG_CHECKS
+#include <stdio.h>
+#include <stdlib.h>
+#define IMAGEFEED_CHECK(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "imagefeed: %s fails (%s:%d)\n", #cond, __FILE__, \
+              __LINE__); \
+      abort(); \
+    } \
+  } while (0)
+#else
+#define IMAGEFEED_CHECK(cond)  ((void)0)
+#endif
+
 /* Appends the correction bits of the already-nonzero coefficients at the
  * positions in `mask` (ascending zigzag order), one bit each, read and added as
  * the stock loop reads and adds them.
@@ -830,7 +851,9 @@ refine_range(int lo, int hi)
 #define REFINE_CORRECT(mask, failaction) { \
   unsigned long long m_ = (mask); \
   while (m_) { \
-    JCOEF *c_ = *block + jpeg_natural_order[refine_ctz(m_)]; \
+    JCOEF *c_; \
+    IMAGEFEED_CHECK((unsigned int)refine_ctz(m_) < DCTSIZE2); \
+    c_ = *block + jpeg_natural_order[refine_ctz(m_)]; \
     int v_ = *c_, add_; \
     m_ &= m_ - 1; \
     CHECK_BIT_BUFFER(br_state, 1, failaction); \
@@ -975,7 +998,9 @@ decode_mcu_AC_refine_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
         REFINE_CORRECT(nz & refine_range(k, target - 1), goto undoit);
         k = target;
         if (s) {
-          int pos = jpeg_natural_order[k];
+          int pos;
+          IMAGEFEED_CHECK(k <= DCTSIZE2 && num_newnz < DCTSIZE2);
+          pos = jpeg_natural_order[k];
           /* Output newly nonzero coefficient */
           (*block)[pos] = (JCOEF)s;
           /* Remember its position in case we have to suspend */

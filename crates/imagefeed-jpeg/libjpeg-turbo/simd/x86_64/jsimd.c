@@ -929,24 +929,15 @@ jsimd_idct_4x4(j_decompress_ptr cinfo, jpeg_component_info *compptr,
 /* imagefeed: whether src/jdcoefct.c may run two jsimd_idct_4x4() calls as one
  * AVX2 pass (its idct_4x4_pair_avx2(), bit for bit the two calls): where
  * jsimd_can_idct_4x4() holds and AVX2 is in use (JSIMD_FORCESSE2=1 turns it
- * off with the other AVX2 code), unless IMAGEFEED_IDCT_NO_PAIR=1 (read once a
- * thread).
+ * off with the other AVX2 code), unless a test turned it off
+ * (imagefeed_jpeg_disabled_paths(), bit 2).
  */
+EXTERN(int) imagefeed_jpeg_disabled_paths(void);
+
 GLOBAL(int)
 jsimd_imagefeed_can_idct_4x4_pair(void)
 {
-  static THREAD_LOCAL int no_pair = -1;
-
-  if (no_pair < 0) {
-#ifndef NO_GETENV
-    char env[2] = { 0 };
-
-    no_pair = !GETENV_S(env, 2, "IMAGEFEED_IDCT_NO_PAIR") && !strcmp(env, "1");
-#else
-    no_pair = 0;
-#endif
-  }
-  if (no_pair || !jsimd_can_idct_4x4())
+  if ((imagefeed_jpeg_disabled_paths() & 2) || !jsimd_can_idct_4x4())
     return 0;
   return (simd_support & JSIMD_AVX2) != 0;
 }

@@ -1,0 +1,481 @@
+//! Builds libjpeg-turbo 3.1.0 (`libjpeg-turbo/`) with the `cc` crate: no CMake.
+//!
+//! - The three configuration headers CMake would write (`jconfig.h`, `jconfigint.h`,
+//!   `jversion.h`) are written into `OUT_DIR` from the same `.in` templates.
+//! - The library's sources are compiled as its CMakeLists.txt lists them: the 8-bit sources, the
+//!   12-bit ones again with `BITS_IN_JSAMPLE=12` and the 16-bit (lossless) ones with
+//!   `BITS_IN_JSAMPLE=16`, plus TurboJPEG, each set into its own object folder, and everything
+//!   is archived into one static library.
+//! - On x86-64, the SIMD code is assembled with `nasm` (or `$NASM`) where it is installed. Where
+//!   it is not, the library is built without SIMD and a cargo warning says what that costs and
+//!   how to fix it.
+//! - With the `stock-libjpeg-turbo` feature the four files imagefeed patches are taken from
+//!   `stock/` (upstream 3.1.0 as released) instead, and `csrc/imagefeed_hooks.c` is left out.
+//!
+//! The C is always optimized (`-O3`, as CMake's `Release` build), whatever the profile that
+//! builds this crate: a debug build of a training program gets the same decoder speed.
+//!
+//! Under cargo-fuzz (`--cfg fuzzing`) the C gets the same coverage instrumentation as the Rust
+//! code (clang's `-fsanitize=fuzzer-no-link`, and `-fsanitize=address` with cargo-fuzz's
+//! AddressSanitizer), so that libFuzzer is guided inside libjpeg-turbo and the patch too. That
+//! needs clang as the C compiler (`CC=clang`); with another compiler the build says so.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const VERSION: &str = "3.1.0";
+const VERSION_NUMBER: &str = "3001000";
+const COPYRIGHT_YEAR: &str = "1991-2024";
+
+/// Compiled again with `BITS_IN_JSAMPLE=16` (and with 12, and with 8).
+const JPEG16: &[&str] = &[
+    "jcapistd.c",
+    "jccolor.c",
+    "jcdiffct.c",
+    "jclossls.c",
+    "jcmainct.c",
+    "jcprepct.c",
+    "jcsample.c",
+    "jdapistd.c",
+    "jdcolor.c",
+    "jddiffct.c",
+    "jdlossls.c",
+    "jdmainct.c",
+    "jdpostct.c",
+    "jdsample.c",
+    "jutils.c",
+];
+/// Compiled again with `BITS_IN_JSAMPLE=12` (and with 8).
+const JPEG12: &[&str] = &[
+    "jccoefct.c",
+    "jcdctmgr.c",
+    "jdcoefct.c",
+    "jddctmgr.c",
+    "jdmerge.c",
+    "jfdctfst.c",
+    "jfdctint.c",
+    "jidctflt.c",
+    "jidctfst.c",
+    "jidctint.c",
+    "jidctred.c",
+    "jquant1.c",
+    "jquant2.c",
+];
+/// 8-bit only; with arithmetic coding, as the CMake build's defaults.
+const JPEG8: &[&str] = &[
+    "jcapimin.c",
+    "jchuff.c",
+    "jcicc.c",
+    "jcinit.c",
+    "jclhuff.c",
+    "jcmarker.c",
+    "jcmaster.c",
+    "jcomapi.c",
+    "jcparam.c",
+    "jcphuff.c",
+    "jctrans.c",
+    "jdapimin.c",
+    "jdatadst.c",
+    "jdatasrc.c",
+    "jdhuff.c",
+    "jdicc.c",
+    "jdinput.c",
+    "jdlhuff.c",
+    "jdmarker.c",
+    "jdmaster.c",
+    "jdphuff.c",
+    "jdtrans.c",
+    "jerror.c",
+    "jfdctflt.c",
+    "jmemmgr.c",
+    "jmemnobs.c",
+    "jpeg_nbits.c",
+    "jaricom.c",
+    "jcarith.c",
+    "jdarith.c",
+];
+/// TurboJPEG, compiled with `BMP_SUPPORTED` and `PPM_SUPPORTED`.
+const TURBOJPEG: &[&str] = &[
+    "turbojpeg.c",
+    "transupp.c",
+    "jdatadst-tj.c",
+    "jdatasrc-tj.c",
+    "rdbmp.c",
+    "rdppm.c",
+    "wrbmp.c",
+    "wrppm.c",
+];
+/// TurboJPEG's image I/O at 12 and 16 bits.
+const TURBOJPEG_N: &[&str] = &["rdppm.c", "wrppm.c"];
+/// The x86-64 SIMD code (simd/CMakeLists.txt), assembled with nasm.
+const SIMD_X86_64: &[&str] = &[
+    "jsimdcpu",
+    "jfdctflt-sse",
+    "jccolor-sse2",
+    "jcgray-sse2",
+    "jchuff-sse2",
+    "jcphuff-sse2",
+    "jcsample-sse2",
+    "jdcolor-sse2",
+    "jdmerge-sse2",
+    "jdsample-sse2",
+    "jfdctfst-sse2",
+    "jfdctint-sse2",
+    "jidctflt-sse2",
+    "jidctfst-sse2",
+    "jidctint-sse2",
+    "jidctred-sse2",
+    "jquantf-sse2",
+    "jquanti-sse2",
+    "jccolor-avx2",
+    "jcgray-avx2",
+    "jcsample-avx2",
+    "jdcolor-avx2",
+    "jdmerge-avx2",
+    "jdsample-avx2",
+    "jfdctint-avx2",
+    "jidctint-avx2",
+    "jquanti-avx2",
+];
+/// The files imagefeed's patch changes, and where the stock ones are kept.
+const PATCHED: &[(&str, &str)] = &[
+    ("src/jdhuff.c", "stock/jdhuff.c"),
+    ("src/jdphuff.c", "stock/jdphuff.c"),
+    ("src/jdcoefct.c", "stock/jdcoefct.c"),
+    ("simd/x86_64/jsimd.c", "stock/jsimd_x86_64.c"),
+];
+
+fn main() {
+    let root =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let tree = root.join("libjpeg-turbo");
+    let src = tree.join("src");
+    let stock = env::var_os("CARGO_FEATURE_STOCK_LIBJPEG_TURBO").is_some();
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let env_name = env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    let msvc = env_name == "msvc";
+    let pointer_width = env::var("CARGO_CFG_TARGET_POINTER_WIDTH").unwrap_or_else(|_| "64".into());
+
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=libjpeg-turbo");
+    println!("cargo:rerun-if-changed=stock");
+    println!("cargo:rerun-if-changed=csrc");
+    println!("cargo:rerun-if-env-changed=NASM");
+    println!("cargo:rerun-if-env-changed=CC");
+
+    // The file to compile for `rel` (a path under libjpeg-turbo/): the stock copy where the
+    // `stock-libjpeg-turbo` feature asks for it.
+    let file = |rel: &str| -> PathBuf {
+        if stock {
+            if let Some((_, s)) = PATCHED.iter().find(|(p, _)| *p == rel) {
+                return root.join(s);
+            }
+        }
+        tree.join(rel)
+    };
+
+    // SIMD: x86-64 through nasm where it runs; elsewhere none (see the warning).
+    let mut simd_objects = Vec::new();
+    let mut with_simd = false;
+    if arch == "x86_64" {
+        match assemble_x86_64(&tree, &out, &os, msvc) {
+            Ok(objs) => {
+                simd_objects = objs;
+                with_simd = true;
+            }
+            Err(why) => {
+                for line in [
+                    format!("imagefeed-jpeg: libjpeg-turbo is built WITHOUT its SIMD code: {why}."),
+                    "imagefeed-jpeg: JPEG decoding is then about 2.2x slower (scalar C: `imagefeed \
+                     floor` on 500 images of `imagefeed corpus`, one thread, 2026-12-05)."
+                        .to_string(),
+                    "imagefeed-jpeg: install nasm (Debian/Ubuntu: `apt-get install nasm`, macOS: \
+                     `brew install nasm`) or set NASM=/path/to/nasm, then `cargo clean -p \
+                     imagefeed-jpeg` and build again."
+                        .to_string(),
+                ] {
+                    println!("cargo:warning={line}");
+                }
+            }
+        }
+    } else {
+        println!(
+            "cargo:warning=imagefeed-jpeg: no SIMD code is built for {arch} (only x86-64's is); \
+             JPEG decoding runs libjpeg-turbo's scalar C"
+        );
+    }
+
+    // Configuration headers, as CMake writes them.
+    let include = out.join("include");
+    fs::create_dir_all(&include).expect("create OUT_DIR/include");
+    let yes = |b: bool| if b { Some("1") } else { None };
+    let (inline, thread_local, hidden) = if msvc {
+        ("__forceinline", "__declspec(thread)", "")
+    } else {
+        (
+            "__inline__ __attribute__((always_inline))",
+            "__thread",
+            if os == "windows" {
+                ""
+            } else {
+                "__attribute__((visibility(\"hidden\")))"
+            },
+        )
+    };
+    let size_t = if pointer_width == "64" { "8" } else { "4" };
+    let vars: Vec<(&str, Option<&str>)> = vec![
+        ("JPEG_LIB_VERSION", Some("62")),
+        ("VERSION", Some(VERSION)),
+        ("LIBJPEG_TURBO_VERSION_NUMBER", Some(VERSION_NUMBER)),
+        ("C_ARITH_CODING_SUPPORTED", Some("1")),
+        ("D_ARITH_CODING_SUPPORTED", Some("1")),
+        ("WITH_SIMD", yes(with_simd)),
+        ("RIGHT_SHIFT_IS_UNSIGNED", None),
+        (
+            "BUILD",
+            Some(if stock {
+                "imagefeed-jpeg-stock"
+            } else {
+                "imagefeed-jpeg"
+            }),
+        ),
+        ("HIDDEN", Some(hidden)),
+        ("INLINE", Some(inline)),
+        ("THREAD_LOCAL", Some(thread_local)),
+        ("CMAKE_PROJECT_NAME", Some("libjpeg-turbo")),
+        ("SIZE_T", Some(size_t)),
+        ("HAVE_BUILTIN_CTZL", yes(!msvc)),
+        ("HAVE_INTRIN_H", yes(msvc)),
+        ("COPYRIGHT_YEAR", Some(COPYRIGHT_YEAR)),
+    ];
+    for name in ["jconfig.h", "jconfigint.h", "jversion.h"] {
+        let template = fs::read_to_string(src.join(format!("{name}.in")))
+            .unwrap_or_else(|e| panic!("read libjpeg-turbo/src/{name}.in: {e}"));
+        let text = configure(&template, &vars);
+        write_if_changed(&include.join(name), &text);
+    }
+
+    // One build per precision and file set, each into its own object folder.
+    let base = || {
+        let mut b = cc::Build::new();
+        b.include(&include)
+            .include(&src)
+            .opt_level(3)
+            .debug(false)
+            .define("NDEBUG", None)
+            .warnings(false)
+            .cargo_metadata(false);
+        if !msvc {
+            b.flag_if_supported("-fno-strict-aliasing");
+        }
+        fuzz_flags(&mut b);
+        b
+    };
+    let mut objects = Vec::new();
+    let mut compile = |name: &str,
+                       files: Vec<PathBuf>,
+                       defines: &[(&str, &str)],
+                       extra_include: Option<&Path>| {
+        let dir = out.join("obj").join(name);
+        fs::create_dir_all(&dir).expect("create object folder");
+        let mut b = base();
+        b.out_dir(&dir);
+        for (k, v) in defines {
+            b.define(k, Some(*v));
+        }
+        if let Some(inc) = extra_include {
+            b.include(inc);
+        }
+        b.files(&files);
+        objects.extend(b.compile_intermediates());
+    };
+    let in_src = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| file(&format!("src/{n}")))
+            .collect::<Vec<_>>()
+    };
+
+    compile("jpeg16", in_src(JPEG16), &[("BITS_IN_JSAMPLE", "16")], None);
+    let twelve: Vec<&str> = JPEG16.iter().chain(JPEG12).copied().collect();
+    compile(
+        "jpeg12",
+        in_src(&twelve),
+        &[("BITS_IN_JSAMPLE", "12")],
+        None,
+    );
+    let eight: Vec<&str> = JPEG16.iter().chain(JPEG12).chain(JPEG8).copied().collect();
+    let mut eight_files = in_src(&eight);
+    if !stock {
+        eight_files.push(root.join("csrc/imagefeed_hooks.c"));
+    }
+    compile("jpeg8", eight_files, &[], None);
+    compile(
+        "turbojpeg",
+        in_src(TURBOJPEG),
+        &[("BMP_SUPPORTED", "1"), ("PPM_SUPPORTED", "1")],
+        None,
+    );
+    compile(
+        "turbojpeg12",
+        in_src(TURBOJPEG_N),
+        &[("BITS_IN_JSAMPLE", "12"), ("PPM_SUPPORTED", "1")],
+        None,
+    );
+    compile(
+        "turbojpeg16",
+        in_src(TURBOJPEG_N),
+        &[("BITS_IN_JSAMPLE", "16"), ("PPM_SUPPORTED", "1")],
+        None,
+    );
+    if with_simd {
+        // jsimd.c includes "../../src/..." and "../jsimd.h": relative to its own folder, which
+        // the include path supplies for the stock copy kept elsewhere.
+        let simd_dir = tree.join("simd/x86_64");
+        compile(
+            "simd",
+            vec![file("simd/x86_64/jsimd.c")],
+            &[],
+            Some(&simd_dir),
+        );
+    }
+
+    let mut lib = cc::Build::new();
+    lib.objects(&objects)
+        .objects(&simd_objects)
+        .cargo_metadata(true);
+    lib.compile("imagefeedjpeg");
+
+    println!(
+        "cargo:rustc-cfg=imagefeed_jpeg_simd=\"{}\"",
+        if with_simd { "yes" } else { "no" }
+    );
+    println!("cargo:rustc-check-cfg=cfg(imagefeed_jpeg_simd, values(\"yes\", \"no\"))");
+    println!("cargo:include={}", src.display());
+}
+
+/// Coverage (and AddressSanitizer) flags for the C when cargo-fuzz builds this crate.
+fn fuzz_flags(b: &mut cc::Build) {
+    if env::var_os("CARGO_CFG_FUZZING").is_none() {
+        return;
+    }
+    let sanitize = env::var("CARGO_CFG_SANITIZE").unwrap_or_default();
+    if b.get_compiler().is_like_clang() {
+        b.flag("-fsanitize=fuzzer-no-link");
+        if sanitize.split(',').any(|s| s == "address") {
+            b.flag("-fsanitize=address");
+        }
+        b.debug(true);
+    } else {
+        println!(
+            "cargo:warning=imagefeed-jpeg: fuzzing without coverage inside libjpeg-turbo: its C \
+             is instrumented with clang only (CC=clang; Debian: apt-get install clang)"
+        );
+    }
+}
+
+/// Assembles the x86-64 SIMD files with nasm into `OUT_DIR/simd-asm`, or says why it cannot.
+fn assemble_x86_64(tree: &Path, out: &Path, os: &str, msvc: bool) -> Result<Vec<PathBuf>, String> {
+    let nasm = env::var("NASM").unwrap_or_else(|_| "nasm".into());
+    let probe = Command::new(&nasm).arg("-v").output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            return Err(format!(
+                "`{nasm} -v` failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+        Err(e) => return Err(format!("nasm was not found (`{nasm}`: {e})")),
+    }
+    let (format, mut defines): (&str, Vec<&str>) = match os {
+        "windows" => ("win64", vec!["-DWIN64", "-D__x86_64__"]),
+        "macos" | "ios" => ("macho64", vec!["-DMACHO", "-D__x86_64__"]),
+        _ => ("elf64", vec!["-DELF", "-D__x86_64__", "-DPIC"]),
+    };
+    if msvc {
+        defines.retain(|d| *d != "-DPIC");
+    }
+    let dir = out.join("simd-asm");
+    fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let simd = tree.join("simd");
+    // nasm wants include folders with a trailing separator.
+    let inc_nasm = format!("-I{}/", simd.join("nasm").display());
+    let inc_arch = format!("-I{}/", simd.join("x86_64").display());
+    let ext = if msvc { "obj" } else { "o" };
+    let mut objs = Vec::new();
+    for name in SIMD_X86_64 {
+        let src = simd.join("x86_64").join(format!("{name}.asm"));
+        let obj = dir.join(format!("{name}.{ext}"));
+        let status = Command::new(&nasm)
+            .arg(format!("-f{format}"))
+            .args(&defines)
+            .arg(&inc_nasm)
+            .arg(&inc_arch)
+            .arg("-o")
+            .arg(&obj)
+            .arg(&src)
+            .status()
+            .map_err(|e| format!("run {nasm}: {e}"))?;
+        if !status.success() {
+            return Err(format!("{nasm} failed on {} ({status})", src.display()));
+        }
+        objs.push(obj);
+    }
+    Ok(objs)
+}
+
+/// CMake's `configure_file`: `@NAME@` takes the value, `#cmakedefine NAME ...` becomes a
+/// `#define` where the value is set and a comment where it is not.
+fn configure(template: &str, vars: &[(&str, Option<&str>)]) -> String {
+    let value = |name: &str| vars.iter().find(|(n, _)| *n == name).and_then(|(_, v)| *v);
+    let mut text = String::with_capacity(template.len());
+    for line in template.lines() {
+        let line = if let Some(rest) = line.strip_prefix("#cmakedefine ") {
+            let name = rest.split_whitespace().next().unwrap_or("");
+            match value(name) {
+                Some(_) => format!("#define {rest}"),
+                None => format!("/* #undef {name} */"),
+            }
+        } else {
+            line.to_string()
+        };
+        let mut done = String::new();
+        let mut rest = line.as_str();
+        while let Some(a) = rest.find('@') {
+            let after = &rest[a + 1..];
+            match after.find('@') {
+                Some(b)
+                    if after[..b]
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                        && b > 0 =>
+                {
+                    let name = &after[..b];
+                    done.push_str(&rest[..a]);
+                    done.push_str(value(name).unwrap_or(""));
+                    rest = &after[b + 1..];
+                }
+                _ => {
+                    done.push_str(&rest[..=a]);
+                    rest = after;
+                }
+            }
+        }
+        done.push_str(rest);
+        text.push_str(&done);
+        text.push('\n');
+    }
+    text
+}
+
+/// Writes `text` unless the file already holds it, so unchanged headers keep their times.
+fn write_if_changed(path: &Path, text: &str) {
+    if fs::read_to_string(path).ok().as_deref() != Some(text) {
+        fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+}

@@ -1,0 +1,297 @@
+//! The differential harness: decodes JPEGs and seeded damaged copies of them every way imagefeed
+//! decodes (DCT scales 1, 1/2, 1/4 and 1/8 to RGB, to planes, and a cropping region), and
+//! prints one digest line per file and copy. `diff.sh` (beside this crate's Cargo.toml) builds
+//! it twice, with the patched and with the stock libjpeg-turbo, under AddressSanitizer and
+//! UndefinedBehaviorSanitizer, and compares the two outputs line by line.
+//!
+//! ```text
+//! cargo run -p imagefeed-jpeg --example diffcheck -- COPIES FILE...
+//! ```
+//!
+//! The copies are the same on every machine (a seeded generator per file and copy): bits
+//! flipped, bytes set to `FF` or `00`, the file cut short, bytes changed in the Huffman and
+//! quantization tables and the frame header, markers inserted in the image data, runs of
+//! `FF 00`, bytes deleted, inserted and duplicated, and a scan repeated.
+
+use std::fmt::Write as _;
+
+use imagefeed_jpeg::{
+    Colorspace, Decompressor, Image, PixelFormat, Region, ScalingFactor, Subsamp, YuvImage,
+};
+
+/// Images larger than this are not decoded (libjpeg-turbo refuses them, the same in both builds).
+const MAX_PIXELS: usize = 25_000_000;
+
+/// SplitMix64: small, seeded, the same everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// FNV-1a, 64 bits.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+fn find(bytes: &[u8], marker: u8) -> Option<usize> {
+    bytes.windows(2).position(|w| w == [0xFF, marker])
+}
+
+/// Damaged copy `copy` of `bytes`: one to three edits of a kind chosen by the copy number.
+fn damaged(bytes: &[u8], seed: u64, copy: u64) -> Vec<u8> {
+    let mut rng = Rng(seed ^ copy.wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut b = bytes.to_vec();
+    if b.len() < 4 {
+        return b;
+    }
+    let scan = find(&b, 0xDA).map_or(2, |p| p + 2).min(b.len() - 1);
+    let data = |b: &Vec<u8>, rng: &mut Rng| scan + rng.below(b.len().saturating_sub(scan).max(1));
+    for _ in 0..1 + rng.below(3) {
+        match copy % 12 {
+            0 => {
+                let at = data(&b, &mut rng).min(b.len() - 1);
+                b[at] ^= 1 << rng.below(8);
+            }
+            1 => {
+                let at = data(&b, &mut rng).min(b.len() - 1);
+                b[at] = if rng.below(2) == 0 { 0xFF } else { 0x00 };
+            }
+            2 => {
+                let at = data(&b, &mut rng).min(b.len());
+                b.truncate(at.max(2));
+                break;
+            }
+            3 => {
+                let seg = find(&b, 0xC4).or_else(|| find(&b, 0xDB)).unwrap_or(2);
+                let at = (seg + 4 + rng.below(40)).min(b.len() - 1);
+                b[at] = rng.next() as u8;
+            }
+            4 => {
+                let seg = find(&b, 0xC0).or_else(|| find(&b, 0xC2)).unwrap_or(2);
+                let at = (seg + 4 + rng.below(15)).min(b.len() - 1);
+                b[at] = rng.next() as u8;
+            }
+            5 => {
+                let at = data(&b, &mut rng).min(b.len());
+                let m = [0xD0 + rng.below(8) as u8, 0xD9, 0xDA, 0xC4][rng.below(4)];
+                b.splice(at..at, [0xFF, m]);
+            }
+            6 => {
+                let at = data(&b, &mut rng).min(b.len());
+                let run: Vec<u8> = [0xFF, 0x00].repeat(1 + rng.below(24));
+                b.splice(at..at, run);
+            }
+            7 => {
+                let at = data(&b, &mut rng).min(b.len() - 1);
+                let n = (1 + rng.below(64)).min(b.len() - at);
+                b.drain(at..at + n);
+            }
+            8 => {
+                let at = data(&b, &mut rng).min(b.len());
+                let junk: Vec<u8> = (0..1 + rng.below(32)).map(|_| rng.next() as u8).collect();
+                b.splice(at..at, junk);
+            }
+            9 => {
+                let at = data(&b, &mut rng).min(b.len() - 1);
+                let n = (1 + rng.below(256)).min(b.len() - at);
+                let copy: Vec<u8> = b[at..at + n].to_vec();
+                b.splice(at..at, copy);
+            }
+            10 => {
+                // A scan repeated: everything from the last SOS to the end, again.
+                if let Some(sos) = b.windows(2).rposition(|w| w == [0xFF, 0xDA]) {
+                    let end = b.len().saturating_sub(2).max(sos);
+                    let scan: Vec<u8> = b[sos..end].to_vec();
+                    b.splice(end..end, scan);
+                }
+                let at = data(&b, &mut rng).min(b.len() - 1);
+                b[at] ^= 1 << rng.below(8);
+            }
+            _ => {
+                for _ in 0..1 + rng.below(16) {
+                    let at = data(&b, &mut rng).min(b.len() - 1);
+                    b[at] = rng.next() as u8;
+                }
+            }
+        }
+    }
+    b
+}
+
+/// Every decode of `bytes`, written as text: results (with libjpeg-turbo's messages) and
+/// digests of the pixels.
+fn outcomes(bytes: &[u8], rng: &mut Rng) -> String {
+    let mut out = String::new();
+    for denom in [1usize, 2, 4, 8] {
+        let Ok(mut tj) = Decompressor::new() else {
+            out.push_str("no decompressor; ");
+            continue;
+        };
+        let _ = tj.set_scan_limit(500);
+        // As imagefeed's `max_pixels` gate: a damaged header can claim 65,535 x 65,535 pixels,
+        // and a progressive file's coefficients are held whole, whatever the scale.
+        let _ = tj.set_max_pixels(MAX_PIXELS);
+        let factor = ScalingFactor::new(1, denom);
+        let _ = tj.set_scaling_factor(factor);
+        let header = match tj.read_header(bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = write!(out, "1/{denom} header: {e}; ");
+                continue;
+            }
+        };
+        let (w, h) = (factor.scale(header.width), factor.scale(header.height));
+        if header.width * header.height > MAX_PIXELS || header.lossless {
+            let _ = write!(out, "1/{denom} {w}x{h} skipped; ");
+            continue;
+        }
+        let mut rgb = vec![0u8; w * h * 3];
+        let image = Image {
+            pixels: &mut rgb[..],
+            width: w,
+            pitch: w * 3,
+            height: h,
+            format: PixelFormat::RGB,
+        };
+        let status = tj.decompress(bytes, image).err();
+        let _ = write!(out, "1/{denom} rgb {status:?} {:016x}; ", fnv(&rgb));
+
+        // A cropping region, as the training transforms decode one.
+        let align = tj.crop_x_alignment(&header);
+        if w > align && h > 1 && header.subsamp != Subsamp::Unknown {
+            let x = rng.below(w / align) * align;
+            let y = rng.below(h - 1);
+            let cw = 1 + rng.below(w - x);
+            let ch = 1 + rng.below(h - y);
+            let region = Region {
+                x,
+                y,
+                width: cw,
+                height: ch,
+            };
+            match tj.set_cropping_region(Some(region)) {
+                Ok(()) => {
+                    let mut crop = vec![0u8; cw * ch * 3];
+                    let image = Image {
+                        pixels: &mut crop[..],
+                        width: cw,
+                        pitch: cw * 3,
+                        height: ch,
+                        format: PixelFormat::RGB,
+                    };
+                    let status = tj.decompress(bytes, image).err();
+                    let _ = write!(
+                        out,
+                        "1/{denom} crop {region:?} {status:?} {:016x}; ",
+                        fnv(&crop)
+                    );
+                }
+                Err(e) => {
+                    let _ = write!(out, "1/{denom} crop {region:?} refused: {e}; ");
+                }
+            }
+            let _ = tj.set_cropping_region(None);
+        }
+
+        let sub = match (header.colorspace, header.subsamp) {
+            (Colorspace::YCbCr | Colorspace::Gray, Subsamp::Unknown) => continue,
+            (Colorspace::YCbCr | Colorspace::Gray, sub) => sub,
+            _ => continue,
+        };
+        let Ok(len) = imagefeed_jpeg::yuv_pixels_len(w, 1, h, sub) else {
+            continue;
+        };
+        let mut planes = vec![0u8; len];
+        let image = YuvImage {
+            pixels: &mut planes[..],
+            width: w,
+            align: 1,
+            height: h,
+            subsamp: sub,
+        };
+        let status = tj.decompress_to_yuv(bytes, image).err();
+        let _ = write!(
+            out,
+            "1/{denom} planes {status:?} {:016x}; ",
+            planes_digest(&planes, w, h, sub)
+        );
+    }
+    out
+}
+
+/// The digest of the image's own pixels in each plane (libjpeg-turbo pads planes to whole MCUs
+/// and leaves the padding as its buffers held it).
+fn planes_digest(planes: &[u8], w: usize, h: usize, sub: Subsamp) -> u64 {
+    let (sx, sy) = sub.factors();
+    let mut real = Vec::new();
+    let mut offset = 0;
+    for i in 0..if sub == Subsamp::Gray { 1 } else { 3 } {
+        let (Some(pw), Some(ph)) = (
+            imagefeed_jpeg::yuv_plane_width(i, w, sub),
+            imagefeed_jpeg::yuv_plane_height(i, h, sub),
+        ) else {
+            return 0;
+        };
+        let (cw, ch) = if i == 0 {
+            (w, h)
+        } else {
+            (w.div_ceil(sx), h.div_ceil(sy))
+        };
+        for row in 0..ch {
+            let start = offset + row * pw;
+            real.extend_from_slice(&planes[start..start + cw]);
+        }
+        offset += pw * ph;
+    }
+    fnv(&real)
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((copies, files)) = args.split_first() else {
+        eprintln!("usage: diffcheck COPIES FILE...");
+        return std::process::ExitCode::from(2);
+    };
+    let Ok(copies) = copies.parse::<u64>() else {
+        eprintln!("diffcheck: COPIES must be a number, not {copies:?}");
+        return std::process::ExitCode::from(2);
+    };
+    eprintln!("diffcheck: {}", imagefeed_jpeg::info());
+    let mut lines = 0usize;
+    for file in files {
+        let bytes = match std::fs::read(file) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("diffcheck: {file}: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+        let seed = fnv(file.as_bytes());
+        for copy in 0..=copies {
+            let input = if copy == 0 {
+                bytes.clone()
+            } else {
+                damaged(&bytes, seed, copy)
+            };
+            let mut rng = Rng(seed ^ copy);
+            let text = outcomes(&input, &mut rng);
+            println!("{file} {copy} {:016x} {}", fnv(text.as_bytes()), text.len());
+            lines += 1;
+        }
+    }
+    eprintln!("diffcheck: {lines} decodes of {} files", files.len());
+    std::process::ExitCode::SUCCESS
+}
