@@ -17,6 +17,11 @@ targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(decode list cache tar)
 sanitizer=${SANITIZER:-address}
 export RUSTC_BOOTSTRAP=1
+# libjpeg-turbo's C gets libFuzzer's coverage (and ASan) only when clang compiles it
+# (crates/imagefeed-jpeg/build.rs); with another compiler the fuzzer is blind inside it.
+if [ -z "${CC:-}" ] && command -v clang >/dev/null 2>&1; then
+    export CC=clang
+fi
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
 
 ./setup_corpus.sh
