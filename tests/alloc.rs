@@ -89,9 +89,6 @@ fn resizer_allocations() -> u64 {
     most
 }
 
-// Needs `imagefeed::corpus` (the workspace's `cargo test` builds imagefeed with it, for the
-// command line).
-#[cfg(feature = "corpus")]
 #[test]
 fn issue_5_no_heap_allocation_per_image_in_steady_state() {
     // One test, so that no other test allocates while this one counts.

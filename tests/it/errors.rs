@@ -1082,7 +1082,6 @@ fn a_png_header_claiming_more_pixels_than_its_file_can_hold_is_refused_before_de
     assert!(px.iter().all(|&v| v == 0));
 }
 
-#[cfg(feature = "corpus")]
 #[test]
 fn imagefeed_corpus_replaces_nothing() {
     // `imagefeed corpus DIR` over a folder holding files of the same names used to overwrite

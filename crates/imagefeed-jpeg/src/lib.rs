@@ -908,7 +908,7 @@ mod tests {
     fn small_buffers_and_bad_data_are_errors() {
         let jpeg = sample(16, 16, Subsamp::None);
         let mut d = Decompressor::new().unwrap();
-        let mut out = vec![0u8; 10];
+        let mut out = [0u8; 10];
         let e = d
             .decompress(
                 &jpeg,
