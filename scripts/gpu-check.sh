@@ -10,9 +10,10 @@
 #      `imagefeed corpus` (target: within 5%), decoding and from the on-disk cache.
 # Prints one summary line per figure at the end; exits non-zero if a step fails or a target is
 # missed. Needs cargo with the crates available (run `cargo fetch` first on an offline machine);
-# cmake and nasm for the default libjpeg-turbo decoder (else it builds the pure-Rust one).
+# a C compiler and nasm for the default libjpeg-turbo decoder (without nasm it is built without
+# SIMD, and the build warns).
 # On a machine without cargo, build elsewhere and pass the binaries instead:
-#   cargo build --release --features cuda --bin imagefeed
+#   cargo build --release -p imagefeed-cli --features cuda --bin imagefeed
 #   cargo test --release --features cuda --test cuda --no-run   # prints the test binary's path
 #   IMAGEFEED_BIN=path/imagefeed IMAGEFEED_CUDA_TESTS=path/cuda-tests scripts/gpu-check.sh
 # (the test binary reads testdata/ from the checkout it was built in).
@@ -29,9 +30,6 @@ fig() { summary+=("$*"); }
 miss() { summary+=("MISSED: $*"); failed=1; }
 
 features=(--features cuda)
-if ! command -v cmake >/dev/null 2>&1 || ! command -v nasm >/dev/null 2>&1; then
-  features=(--no-default-features --features cuda,cuda-11040)
-fi
 
 say "nvidia-smi"
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -63,12 +61,9 @@ if [ -n "${IMAGEFEED_BIN:-}" ] && [ -n "${IMAGEFEED_CUDA_TESTS:-}" ]; then
   run_tests() { "$IMAGEFEED_CUDA_TESTS" --nocapture --test-threads=1; }
 else
   say "build (release, ${features[*]})"
-  if [[ " ${features[*]} " == *" --no-default-features "* ]]; then
-    echo "gpu-check: cmake or nasm missing: building with the pure-Rust JPEG decoder"
-  fi
-  cargo build --release "${features[@]}" --bin imagefeed
+  cargo build --release -p imagefeed-cli "${features[@]}" --bin imagefeed
   bin=${IMAGEFEED_BIN:-target/release/imagefeed}
-  run_tests() { cargo test --release "${features[@]}" --test cuda -- --nocapture --test-threads=1; }
+  run_tests() { cargo test --release -p imagefeed "${features[@]}" --test cuda -- --nocapture --test-threads=1; }
 fi
 
 say "imagefeed gpu-info"

@@ -51,11 +51,11 @@ run_floor() {
   [ "$1" = 1 ] && psnr=500
   "$bin" floor "$list" --threads "$threads" --psnr-images "$psnr" --json >> "$out/floor.json"
 }
-# The floor again with libjpeg-turbo's stock Huffman decoder (the vendored libjpeg-turbo reads
-# IMAGEFEED_STOCK_HUFFMAN; see vendor/README.md): what the pipeline would be measured against
-# with an unpatched libjpeg-turbo.
+# The floor again with libjpeg-turbo's stock Huffman decoders and IDCT (`floor --stock-paths`;
+# see crates/imagefeed-jpeg/README.md): what the pipeline would be measured against with an
+# unpatched libjpeg-turbo.
 run_stockfloor() {
-  IMAGEFEED_STOCK_HUFFMAN=1 "$bin" floor "$list" --threads "$threads" --psnr-images 0 --json >> "$out/stockfloor.json"
+  "$bin" floor "$list" --threads "$threads" --psnr-images 0 --json --stock-paths >> "$out/stockfloor.json"
 }
 run_tf() {
   if [ "$have_tf" = 1 ]; then
