@@ -17,7 +17,7 @@ pictures with some camera-sized ones, which decode at DCT scales 1/4 and 1/8. Th
 and seed give the same files. Needs Pillow (`pip install pillow`). Refuses to write into a
 folder that already holds a files.txt.
 
-The README's "photo crops" corpus used the 22 photographs of Debian's mate-backgrounds
+The "photo crops" corpus of docs/PERFORMANCE.md used the 22 photographs of Debian's mate-backgrounds
 (1.26.0-1: backgrounds/mate/nature/*.jpg) and plasma-workspace-wallpapers (5.27.5-2: the
 2560x1600 images of BytheWater, ColdRipple, DarkestHour, EveningGlow, FallenLeaf, Grey, Kite,
 OneStandsOut, Path and summer_1am), the wallpapers first:

@@ -6,8 +6,8 @@
 //! decodes, took 1.8× the AVX2 pass's time, and the AVX2 kernels that run straight after it
 //! 1.7× their usual time (Intel's cores start 512-bit work slowly and give it a vector port
 //! that 256-bit code then lacks), so that whole cold epochs ran 4.5–12% faster with the AVX-512
-//! kernels off (README, "AVX-512 on Intel"). On an AMD EPYC they had saved about 1.3% of the
-//! samples. So by default they run on AMD CPUs only.
+//! kernels off (docs/PERFORMANCE.md, "AVX-512 on Intel"). On an AMD EPYC they had saved about
+//! 1.3% of the samples. So by default they run on AMD CPUs only.
 //!
 //! `IMAGEFEED_AVX512=on` (or `1`) runs them wherever the CPU has AVX-512F and AVX-512BW,
 //! `IMAGEFEED_AVX512=off` (or `0`) never; anything else, or no variable, is the default. The
