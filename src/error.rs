@@ -13,6 +13,19 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// [`Error::kind`] to inspect it, [`Error::path`] to get the file it is about, and
 /// [`Error::is_data_error`] to tell a bad sample (which [`OnError::Skip`] may skip) from a
 /// configuration, cache or device problem (which always fails).
+///
+/// # Display and `source()`
+///
+/// `Display` names the file and what failed, and `source()` returns only what `Display` has
+/// not written, so that a reporter walking the chain (anyhow's `{:#}` and `{:?}`, the command
+/// line's `imagefeed: error: …`) prints every cause once:
+///
+/// - a cause from outside imagefeed (the operating system's, the decoder's, the object store's,
+///   the driver's message) is part of the text (`a.jpg: cannot decode image: truncated`), and
+///   `source()` goes on from that cause's own `source()`, as `std::io::Error` does with the
+///   error it wraps. The cause itself stays in [`Error::kind`] (`ErrorKind::Io { source, .. }`);
+/// - [`ErrorKind::TooManyFailures`] says that the limit was passed, and its `source()` is the
+///   failure that passed it.
 pub struct Error(Box<ErrorKind>);
 
 /// What went wrong. Each variant that concerns a file carries its path.
@@ -312,9 +325,10 @@ impl fmt::Display for Error {
                 f,
                 "this build of imagefeed lacks the `{feature}` cargo feature; rebuild with `--features {feature}`"
             ),
-            ErrorKind::TooManyFailures { skipped, last } => write!(
+            // The failure that went over the limit is the `source()`, not part of this text.
+            ErrorKind::TooManyFailures { skipped, .. } => write!(
                 f,
-                "too many failed samples ({skipped} skipped, over the `OnError::Skip` maximum); last: {last}"
+                "too many failed samples ({skipped} skipped, over the `OnError::Skip` maximum)"
             ),
             ErrorKind::WorkerPanicked {
                 stage,
@@ -340,14 +354,14 @@ impl fmt::Debug for Error {
     }
 }
 
+// `source()` skips what `Display` wrote: see "Display and `source()`" on `Error`.
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &*self.0 {
-            ErrorKind::Io { source, .. } | ErrorKind::Remote { source, .. } => Some(source),
-            ErrorKind::Decode { source, .. } => Some(&**source),
-            ErrorKind::Device(source) => Some(&**source),
+            ErrorKind::Io { source, .. } | ErrorKind::Remote { source, .. } => source.source(),
+            ErrorKind::Decode { source, .. } | ErrorKind::Device(source) => source.source(),
+            ErrorKind::Spawn(source) => source.source(),
             ErrorKind::TooManyFailures { last, .. } => Some(last),
-            ErrorKind::Spawn(e) => Some(e),
             _ => None,
         }
     }
@@ -416,6 +430,58 @@ mod tests {
         let e = Error::list("train.txt", 7, "label `x` is not an integer");
         assert_eq!(e.to_string(), "train.txt:7: label `x` is not an integer");
         assert!(!e.is_data_error());
+    }
+
+    /// Every cause prints once when the chain is walked (issue 34: anyhow printed each twice).
+    #[test]
+    fn display_does_not_repeat_the_source() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("outer")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let deep = || Outer(std::io::Error::other("deep"));
+        let chain = |e: &Error| {
+            let mut texts = vec![e.to_string()];
+            let mut next = std::error::Error::source(e);
+            while let Some(s) = next {
+                texts.push(s.to_string());
+                next = s.source();
+            }
+            texts
+        };
+        let errors = [
+            Error::io("a.jpg", std::io::Error::other(deep())),
+            Error::remote("s3://b/k", std::io::Error::other(deep())),
+            Error::decode("a.jpg", deep()),
+            Error::device(deep()),
+            Error::spawn(std::io::Error::other(deep())),
+            Error::new(ErrorKind::TooManyFailures {
+                skipped: 2,
+                last: Error::decode("b.jpg", deep()),
+            }),
+        ];
+        for e in &errors {
+            let texts = chain(e);
+            for (i, later) in texts.iter().enumerate().skip(1) {
+                assert!(!texts[i - 1].contains(later.as_str()), "{texts:?}");
+            }
+            assert!(texts.concat().contains("outer"), "{texts:?}");
+            assert_eq!(texts.last().map(String::as_str), Some("deep"), "{texts:?}");
+        }
+        let texts = chain(&errors[5]);
+        assert_eq!(texts.len(), 3, "{texts:?}");
+        assert!(
+            texts[1].starts_with("b.jpg: cannot decode image: outer"),
+            "{texts:?}"
+        );
     }
 
     #[test]

@@ -332,7 +332,16 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("imagefeed: error: {e}");
+            // The whole chain: imagefeed's errors leave to `source()` only what their own text
+            // does not say (the failure behind `TooManyFailures`, a cause's cause).
+            let mut message = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                message.push_str(": ");
+                message.push_str(&c.to_string());
+                cause = c.source();
+            }
+            eprintln!("imagefeed: error: {message}");
             ExitCode::FAILURE
         }
     }
