@@ -236,18 +236,22 @@ impl Error {
         path: Option<PathBuf>,
         payload: &(dyn std::any::Any + Send),
     ) -> Self {
-        let message = if let Some(s) = payload.downcast_ref::<&str>() {
-            (*s).to_string()
-        } else if let Some(s) = payload.downcast_ref::<String>() {
-            s.clone()
-        } else {
-            String::from("non-string panic payload")
-        };
         Self::new(ErrorKind::WorkerPanicked {
             stage,
             path,
-            message,
+            message: panic_message(payload),
         })
+    }
+}
+
+/// The text of a caught panic: its message when it was a string.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        String::from("non-string panic payload")
     }
 }
 

@@ -1001,22 +1001,36 @@ impl Sink<'_> {
 
     fn write(&mut self, pixels: Vec<u8>, index: u32) -> Option<BatchParts> {
         let label = self.shared.source.index.label(index as usize);
+        self.timed(|batcher, fresh, recycle| {
+            batcher.add(pixels, label, u64::from(index), fresh, recycle)
+        })
+    }
+
+    /// Runs one batcher step (adding a sample, or flushing the last batch) with a source of
+    /// fresh batch buffers and a pool for spent sample buffers, and counts its time as batch
+    /// writing.
+    fn timed(
+        &mut self,
+        step: impl FnOnce(
+            &mut Batcher,
+            &mut dyn FnMut() -> BatchParts,
+            &mut dyn FnMut(Vec<u8>),
+        ) -> Option<BatchParts>,
+    ) -> Option<BatchParts> {
         let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.shared.samples.0);
         let shared = self.shared;
         let started = Instant::now();
         // A full batch's time waiting for a buffer (or a device slot) is not writing time.
         let mut waited = std::time::Duration::ZERO;
-        let full = self.batcher.add(
-            pixels,
-            label,
-            u64::from(index),
-            || {
+        let full = step(
+            &mut self.batcher,
+            &mut || {
                 let asked = Instant::now();
                 let parts = Self::fresh_parts(shared, format, pool_rx);
                 waited = asked.elapsed();
                 parts
             },
-            |px| {
+            &mut |px| {
                 let _ = samples.try_send(px);
             },
         );
@@ -1076,26 +1090,7 @@ impl Sink<'_> {
         if self.shared.cfg.drop_remainder {
             return true;
         }
-        let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.shared.samples.0);
-        let shared = self.shared;
-        let started = Instant::now();
-        let mut waited = std::time::Duration::ZERO;
-        let last = self.batcher.finish(
-            || {
-                let asked = Instant::now();
-                let parts = Self::fresh_parts(shared, format, pool_rx);
-                waited = asked.elapsed();
-                parts
-            },
-            |px| {
-                let _ = samples.try_send(px);
-            },
-        );
-        add(
-            &shared.stats.batch_write_ns,
-            started.elapsed().saturating_sub(waited),
-        );
-        match last {
+        match self.timed(|batcher, fresh, recycle| batcher.finish(fresh, recycle)) {
             Some(parts) => self.send(parts),
             None => true,
         }

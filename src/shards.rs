@@ -18,10 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{DecodeFailure, Error};
-use crate::source::{Backing, FileIndex, Source};
+use crate::source::{parse_label, Backing, FileIndex, Source, IMAGE_EXTENSIONS};
 
-/// Image member extensions (compared case-insensitively).
-const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
 /// The largest `.cls` member read (a label is a short decimal number).
 const MAX_CLS_BYTES: u64 = 64;
 /// [`TarIndex::label_offset`] of a sample without a `.cls` member.
@@ -261,19 +259,20 @@ impl ShardCursor {
                 return Err(Error::io(name, std::io::Error::other("no open shard")));
             };
             let into = if is_image { &mut *out } else { &mut *text };
-            let result = read_next(stream, offset, len, into, changed).and_then(|()| {
-                match parse_label(text) {
-                    _ if is_image => Ok(()),
-                    Some(l) if l == label => Ok(()),
-                    _ => Err(changed(
-                        offset,
-                        format!(
-                            "the label member holds `{}`, the index says {label}",
-                            String::from_utf8_lossy(text).trim().escape_debug()
-                        ),
-                    )),
-                }
-            });
+            let result =
+                read_next(stream, offset, len, into, changed).and_then(|()| {
+                    match cls_label(text) {
+                        _ if is_image => Ok(()),
+                        Some(l) if l == label => Ok(()),
+                        _ => Err(changed(
+                            offset,
+                            format!(
+                                "the label member holds `{}`, the index says {label}",
+                                String::from_utf8_lossy(text).trim().escape_debug()
+                            ),
+                        )),
+                    }
+                });
             if let Err(e) = result {
                 self.current = None;
                 // A stream from object storage that breaks is the store failing, not this
@@ -348,9 +347,11 @@ fn read_next(
     Ok(())
 }
 
-/// The label a `.cls` member's data holds: a decimal number, surrounding white space allowed.
-fn parse_label(data: &[u8]) -> Option<u32> {
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
+/// The label a `.cls` member's data holds: a list's label (`parse_label`) with white space
+/// around it allowed (`echo 3 > a.cls` writes `3\n`).
+fn cls_label(data: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(data).ok()?.trim();
+    parse_label(text.as_bytes()).ok()
 }
 
 /// A tar block: headers are one block, data is padded to whole blocks.
@@ -794,8 +795,8 @@ fn index_shard<R: Read>(
                 .take(MAX_CLS_BYTES)
                 .read_to_string(&mut text)
                 .map_err(|e| damaged(format!("`{member}`: {e}")))?;
-            // The rule the reader checks labels by (`parse_label`).
-            let parsed = parse_label(text.as_bytes()).ok_or_else(|| {
+            // The rule the reader checks labels by (`cls_label`).
+            let parsed = cls_label(text.as_bytes()).ok_or_else(|| {
                 damaged(format!(
                     "`{member}` holds `{}`, not a label (a non-negative integer below 2^32)",
                     text.trim().escape_debug()
@@ -1550,7 +1551,7 @@ fn append<W: std::io::Write>(
 /// image extension, else from the bytes' signature.
 fn sample_extension(source: &Source, i: usize, data: &[u8]) -> &'static str {
     let raw = String::from_utf8_lossy(source.index.raw_path(i)).to_ascii_lowercase();
-    for ext in ["jpeg", "jpg", "png"] {
+    for &ext in IMAGE_EXTENSIONS {
         if raw.ends_with(&format!(".{ext}")) {
             return ext;
         }

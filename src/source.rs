@@ -19,8 +19,9 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::shards::TarIndex;
 
-/// File extensions a class-folder source picks up (compared case-insensitively).
-const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
+/// Image file extensions (compared case-insensitively): the files a class-folder source picks
+/// up and the members of a tar shard that are a sample's image.
+pub(crate) const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
 /// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
@@ -532,12 +533,59 @@ impl Source {
         }
     }
 
+    /// Feeds `hasher` what identifies this source's samples: their number, then in index
+    /// order each sample's path and label, and with `with_stamps` also the size and
+    /// modification time of its bytes (one `stat` a file; a HEAD request for each object whose
+    /// listing did not give them). Two sources that feed the same bytes deliver the same
+    /// samples under the same labels at the same indices, and with stamps, from files of the
+    /// same size and time.
+    ///
+    /// The on-disk [cache](crate::LoaderBuilder::cache) checks the stamped form before reusing
+    /// decoded images; the command line keeps the plain form in a saved
+    /// [`LoaderState`](crate::LoaderState) and checks it before resuming, since a state resumed
+    /// over other samples would repeat some and skip others.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use std::hash::{DefaultHasher, Hasher};
+    /// let source = imagefeed::Source::from_dir("testdata/classes")?;
+    /// let mut h = DefaultHasher::new();
+    /// source.fingerprint(&mut h, false);
+    /// let mut again = DefaultHasher::new();
+    /// imagefeed::Source::from_dir("testdata/classes")?.fingerprint(&mut again, false);
+    /// assert_eq!(h.finish(), again.finish());
+    /// # Ok(()) }
+    /// ```
+    pub fn fingerprint(&self, hasher: &mut impl std::hash::Hasher, with_stamps: bool) {
+        let fetched = if with_stamps {
+            self.fetch_stamps()
+        } else {
+            None
+        };
+        hasher.write(&(self.len() as u64).to_le_bytes());
+        let mut path = PathBuf::new();
+        for i in 0..self.len() {
+            self.index.path_into(i, &mut path);
+            hasher.write(path.as_os_str().as_encoded_bytes());
+            hasher.write(&[0]);
+            if with_stamps {
+                let (len, mtime) = match &fetched {
+                    Some(stamps) => stamps[i],
+                    None => self.stamp(i, &mut path),
+                };
+                hasher.write(&len.to_le_bytes());
+                hasher.write(&mtime.to_le_bytes());
+            }
+            hasher.write(&self.index.label(i).to_le_bytes());
+        }
+    }
+
     /// Every sample's size and modification time, when the source itself does not know them:
     /// objects named by a list file (not listed, so stamped `(0, 0)`) are asked of the store, so
     /// that a cache over the list sees an object replaced under the same key. One HEAD request
     /// an object, 32 in flight; an object the store cannot describe is stamped `u64::MAX` (its
     /// read fails later, naming it). `None` where [`Source::stamp`] knows them all.
-    pub(crate) fn fetch_stamps(&self) -> Option<Vec<(u64, u128)>> {
+    fn fetch_stamps(&self) -> Option<Vec<(u64, u128)>> {
         #[cfg(feature = "remote")]
         if let Backing::Objects(o) = &self.backing {
             let missing: Vec<usize> = (0..o.stamps.len())
@@ -557,8 +605,8 @@ impl Source {
         None
     }
 
-    /// Size and modification time of sample `i`'s bytes, for the cache fingerprint.
-    pub(crate) fn stamp(&self, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
+    /// Size and modification time of sample `i`'s bytes, for the stamped fingerprint.
+    fn stamp(&self, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
         match &self.backing {
             Backing::Files => {
                 self.index.path_into(i, scratch);
@@ -1217,7 +1265,9 @@ pub(crate) fn shown(bytes: &[u8]) -> String {
     format!("{}... ({} bytes in all)", escape(&cut), bytes.len())
 }
 
-fn parse_label(field: &[u8]) -> Result<u32, String> {
+/// A label: a decimal number from 0 to `u32::MAX`, leading zeros and a `+` allowed; the error
+/// quotes the field. The one rule for list lines and tar shards' `.cls` members.
+pub(crate) fn parse_label(field: &[u8]) -> Result<u32, String> {
     let text = shown(field);
     let digits = field.strip_prefix(b"+").unwrap_or(field);
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {

@@ -141,22 +141,8 @@ fn check_replaceable(path: &Path) -> Result<(), Error> {
 
 /// Fingerprint of the source: every entry's path, size, modification time and label.
 fn fingerprint(source: &Source) -> [u8; 16] {
-    let fetched = source.fetch_stamps();
     let mut h = Xxh3::new();
-    h.update(&(source.len() as u64).to_le_bytes());
-    let mut path = PathBuf::new();
-    for i in 0..source.len() {
-        source.index.path_into(i, &mut path);
-        h.update(path.as_os_str().as_encoded_bytes());
-        h.update(&[0]);
-        let (len, mtime) = match &fetched {
-            Some(stamps) => stamps[i],
-            None => source.stamp(i, &mut path),
-        };
-        h.update(&len.to_le_bytes());
-        h.update(&mtime.to_le_bytes());
-        h.update(&source.index.label(i).to_le_bytes());
-    }
+    source.fingerprint(&mut h, true);
     h.digest128().to_le_bytes()
 }
 

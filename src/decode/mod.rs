@@ -397,6 +397,17 @@ pub(crate) struct StageTimes {
     pub(crate) resize: Duration,
 }
 
+/// What one decode works on: the bytes, the name its errors give, the target geometry, and
+/// the gate of large decodes (`gate_held`: the caller already holds it, for a large file).
+#[derive(Clone, Copy)]
+struct Job<'j, 'g> {
+    bytes: &'j [u8],
+    path: &'j Path,
+    geom: &'j Geometry,
+    gate: &'g LargeGate,
+    gate_held: bool,
+}
+
 fn fail(path: &Path, msg: impl Into<String>) -> Error {
     Error::decode(path, DecodeFailure(msg.into()))
 }
@@ -502,6 +513,13 @@ impl Decoder {
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
+        let job = Job {
+            bytes,
+            path,
+            geom,
+            gate,
+            gate_held,
+        };
         // A large decode's gate guard is held through the resize and until its buffers are
         // freed: the resize's working set is part of its estimate.
         let mut guard = None;
@@ -509,14 +527,12 @@ impl Decoder {
             let mut resizer = std::mem::take(&mut self.resizer);
             let started = Instant::now();
             let mut decoded_at = None;
-            let r = self
-                .decode_held(bytes, path, geom, gate_held, gate, &mut guard)
-                .and_then(|d| {
-                    decoded_at = Some(Instant::now());
-                    resizer
-                        .resize_orient(&d, geom, out)
-                        .map_err(|m| fail(path, m))
-                });
+            let r = self.decode_held(job, &mut guard).and_then(|d| {
+                decoded_at = Some(Instant::now());
+                resizer
+                    .resize_orient(&d, geom, out)
+                    .map_err(|m| fail(path, m))
+            });
             let done = Instant::now();
             let decoded_at = decoded_at.unwrap_or(done);
             self.times.decode += decoded_at - started;
@@ -542,20 +558,24 @@ impl Decoder {
         gate_held: bool,
         gate: &LargeGate,
     ) -> Result<Decoded<'a>, Error> {
-        self.decode_held(bytes, path, geom, gate_held, gate, &mut None)
+        let job = Job {
+            bytes,
+            path,
+            geom,
+            gate,
+            gate_held,
+        };
+        self.decode_held(job, &mut None)
     }
 
     /// [`Decoder::decode`], leaving the gate guard of a large decode in `guard` for the caller
     /// to drop once it is done with the decoded image.
     fn decode_held<'a, 'g>(
         &'a mut self,
-        bytes: &[u8],
-        path: &Path,
-        geom: &Geometry,
-        gate_held: bool,
-        gate: &'g LargeGate,
+        job: Job<'_, 'g>,
         guard: &mut Option<GateGuard<'g>>,
     ) -> Result<Decoded<'a>, Error> {
+        let Job { bytes, path, .. } = job;
         if bytes.is_empty() {
             return Err(fail(path, "empty file (0 bytes)"));
         }
@@ -575,8 +595,8 @@ impl Decoder {
             check_extension(path, format)?;
         }
         match format {
-            Format::Jpeg => self.decode_jpeg(bytes, path, geom, gate_held, gate, guard),
-            Format::Png => self.decode_png(bytes, path, geom, gate_held, gate, guard),
+            Format::Jpeg => self.decode_jpeg(job, guard),
+            Format::Png => self.decode_png(job, guard),
             other => Err(fail(
                 path,
                 format!(
@@ -604,13 +624,16 @@ impl Decoder {
 
     fn decode_jpeg<'a, 'g>(
         &'a mut self,
-        bytes: &[u8],
-        path: &Path,
-        geom: &Geometry,
-        gate_held: bool,
-        gate: &'g LargeGate,
+        job: Job<'_, 'g>,
         guard: &mut Option<GateGuard<'g>>,
     ) -> Result<Decoded<'a>, Error> {
+        let Job {
+            bytes,
+            path,
+            geom,
+            gate,
+            gate_held,
+        } = job;
         let info =
             header::jpeg_info(bytes).map_err(|m| fail(path, format!("invalid JPEG: {m}")))?;
         self.check_pixels(path, info.width, info.height)?;
@@ -892,13 +915,16 @@ impl Decoder {
 
     fn decode_png<'a, 'g>(
         &'a mut self,
-        bytes: &[u8],
-        path: &Path,
-        geom: &Geometry,
-        gate_held: bool,
-        gate: &'g LargeGate,
+        job: Job<'_, 'g>,
         guard: &mut Option<GateGuard<'g>>,
     ) -> Result<Decoded<'a>, Error> {
+        let Job {
+            bytes,
+            path,
+            geom,
+            gate,
+            gate_held,
+        } = job;
         use image::{ColorType, ImageDecoder};
         let perr = |e: image::ImageError| fail(path, format!("PNG: {e}"));
         let png_fail = |e: String| fail(path, format!("PNG: {e}"));

@@ -34,7 +34,7 @@ use half::{bf16, f16};
 use super::{SlotLease, SlotMemory, SlotRing};
 use crate::batch::BatchFormat;
 use crate::builder::Config;
-use crate::error::Error;
+use crate::error::{panic_message, Error};
 use crate::stats::StatsCell;
 use crate::transform::{BatchStorage, Dtype, Layout};
 
@@ -195,16 +195,6 @@ fn kernel_ptx() -> Result<String, String> {
             .map_err(|e| format!("the normalize kernel did not compile: {e}"))
     })
     .clone()
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
 }
 
 fn mb(bytes: u64) -> f64 {

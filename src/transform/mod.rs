@@ -342,8 +342,8 @@ impl Resizer {
     }
 }
 
-/// Makes `buf` at least `len` bytes long, keeping what it holds (every byte is written before
-/// it is read).
+/// Makes `buf` at least `len` bytes long, keeping what it holds. Stale bytes are fine: every
+/// caller writes a byte before reading it, or reads it with a zero weight.
 fn grow(buf: &mut Vec<u8>, len: usize) {
     if buf.len() < len {
         buf.resize(len, 0);

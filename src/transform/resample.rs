@@ -26,7 +26,7 @@
 //! bilinear interpolation of `tf.image.resize`. Weights are rounded to 14 bits and sum to
 //! exactly 1, so a flat image stays flat.
 
-use super::simd;
+use super::{grow, simd};
 
 /// Fraction bits of the fixed-point weights.
 const BITS: u32 = 14;
@@ -589,14 +589,6 @@ impl Resampler {
         }
         self.cache.truncate(CACHED_TAPS);
         Ok(())
-    }
-}
-
-/// Makes `buf` at least `len` bytes long, keeping what it holds (stale bytes are fine: the
-/// caller overwrites what it reads, or reads them with zero weights).
-fn grow(buf: &mut Vec<u8>, len: usize) {
-    if buf.len() < len {
-        buf.resize(len, 0);
     }
 }
 

@@ -989,14 +989,7 @@ fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
 /// settings.
 fn plan_fingerprint(source: &Source, a: &BenchArgs, default_shuffle_buffer: usize) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(&(source.len() as u64).to_le_bytes());
-    for i in 0..source.len() {
-        if let Some(p) = source.path(i) {
-            h.update(p.as_os_str().as_encoded_bytes());
-        }
-        h.update(&[0]);
-        h.update(&source.label(i).unwrap_or(u32::MAX).to_le_bytes());
-    }
+    source.fingerprint(&mut h, false);
     let settings = format!(
         "shuffle={} buffer={} padding={:?}",
         !a.no_shuffle,
