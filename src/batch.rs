@@ -4,39 +4,9 @@
 use crossbeam_channel::Sender;
 use half::{bf16, f16};
 
-use crate::prefetch::Staged;
+use crate::config::BatchFormat;
+use crate::prefetch::{BatchParts, Staged};
 use crate::transform::{BatchStorage, Dtype, Layout, Normalizer};
-
-/// The reusable buffers of one batch.
-#[derive(Debug)]
-pub(crate) struct BatchParts {
-    pub(crate) storage: BatchStorage,
-    pub(crate) labels: Vec<u32>,
-    pub(crate) indices: Vec<u64>,
-    /// The device slot of a device loader's batch (never in the pool).
-    pub(crate) staged: Option<Staged>,
-}
-
-impl BatchParts {
-    pub(crate) fn new(dtype: Dtype, batch_size: usize, sample_len: usize) -> Self {
-        BatchParts {
-            storage: BatchStorage::new(dtype, batch_size * sample_len),
-            labels: Vec::with_capacity(batch_size),
-            indices: Vec::with_capacity(batch_size),
-            staged: None,
-        }
-    }
-}
-
-/// The shape and type of the batches of a loader.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BatchFormat {
-    pub(crate) batch_size: usize,
-    pub(crate) height: usize,
-    pub(crate) width: usize,
-    pub(crate) dtype: Dtype,
-    pub(crate) layout: Layout,
-}
 
 /// Pure core of the batching stage: collects one batch's `u8` samples, then writes them,
 /// normalized, into a batch buffer — on the loader's normalize pool when it has one and the

@@ -63,8 +63,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
+mod budget;
 mod builder;
 mod cache;
+mod config;
 #[cfg(feature = "corpus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "corpus")))]
 pub mod corpus;
@@ -92,10 +94,12 @@ mod transform;
 mod tune;
 
 pub use batch::{Batch, Images};
-pub use builder::{CachePolicy, Device, LoaderBuilder, LoaderState, MemoryBudget, ShardPadding};
+pub use budget::MemoryBudget;
+pub use builder::LoaderBuilder;
+pub use config::{CachePolicy, Device, ShardPadding};
 pub use decode::{decoder_info, DecoderInfo, JpegDecoder};
 pub use error::{BoxError, Error, ErrorKind, OnError};
-pub use loader::{Batches, Loader};
+pub use loader::{Batches, Loader, LoaderState};
 pub use shards::{write_shards, ShardsWritten};
 pub use source::{RemoteOptions, Source, SourceKind};
 pub use stats::Stats;

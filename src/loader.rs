@@ -1,5 +1,6 @@
 //! [`Loader`] (reused across epochs) and [`Batches`] (one epoch's iterator).
 
+use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -7,8 +8,9 @@ use crate::tune::Knobs;
 use std::time::Instant;
 
 use crate::batch::Batch;
-use crate::builder::{Config, Device, LoaderBuilder, LoaderState, MemoryBudget};
+use crate::budget::MemoryBudget;
 use crate::cache::Cache;
+use crate::config::{Config, Device};
 use crate::decode::LargeGate;
 use crate::error::Error;
 use crate::pipeline::{self, Running};
@@ -51,10 +53,7 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Starts building a loader over `source`.
-    pub fn builder(source: Source) -> LoaderBuilder {
-        LoaderBuilder::new(source)
-    }
+    // `Loader::builder` is in builder.rs.
 
     pub(crate) fn new(
         source: Arc<Source>,
@@ -444,5 +443,61 @@ impl std::fmt::Debug for Batches {
         f.debug_struct("Batches")
             .field("running", &self.running.is_some())
             .finish()
+    }
+}
+
+/// Where a loader is in its epochs: a few numbers a training checkpoint can save. A loader
+/// with the same source and settings resumes from it with exactly the samples not yet
+/// delivered ([`Loader::resume`](crate::Loader::resume)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoaderState {
+    /// The loader's seed.
+    pub seed: u64,
+    /// The epoch.
+    pub epoch: u64,
+    /// Samples of this rank's epoch plan consumed (skipped ones included); for tar shards with
+    /// a shuffle buffer, the buffer's outputs (skipped ones included): resuming replays the
+    /// buffer over sample indices and loads what it held again.
+    pub position: u64,
+    /// The rank.
+    pub rank: usize,
+    /// The world size.
+    pub world_size: usize,
+}
+
+impl std::fmt::Display for LoaderState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "imagefeed-state-v1 seed={} epoch={} position={} rank={} world_size={}",
+            self.seed, self.epoch, self.position, self.rank, self.world_size
+        )
+    }
+}
+
+impl std::str::FromStr for LoaderState {
+    type Err = Error;
+    /// Parses the form [`Display`](std::fmt::Display) writes.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || Error::config("resume", format!("`{s}` is not an imagefeed-state-v1 line"));
+        let mut words = s.split_whitespace();
+        if words.next() != Some("imagefeed-state-v1") {
+            return Err(bad());
+        }
+        let mut get = |key: &str| -> Result<u64, Error> {
+            words
+                .next()
+                .and_then(|w| w.strip_prefix(key))
+                .and_then(|w| w.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(bad)
+        };
+        Ok(LoaderState {
+            seed: get("seed")?,
+            epoch: get("epoch")?,
+            position: get("position")?,
+            rank: get("rank")? as usize,
+            world_size: get("world_size")? as usize,
+        })
     }
 }

@@ -49,12 +49,14 @@ use std::time::Instant;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::batch::{Batch, BatchFormat, BatchParts, Batcher};
-use crate::builder::{CachePolicy, Config, ShardPadding};
+use crate::batch::{Batch, Batcher};
 use crate::cache::{Cache, CachedSample, EpochCache};
+use crate::config::BatchFormat;
+use crate::config::{CachePolicy, Config, ShardPadding};
 use crate::decode::{Decoder, LargeGate};
 use crate::error::{DecodeFailure, Error, ErrorKind, OnError};
 use crate::fetch::{fetch_loop, ByteBudget, Fetched};
+use crate::prefetch::BatchParts;
 use crate::prefetch::Staging;
 use crate::readahead;
 use crate::rng::{self, Rng};

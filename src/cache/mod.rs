@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::builder::{CachePolicy, Config};
+use crate::config::{CachePolicy, Config};
 use crate::error::Error;
 use crate::source::Source;
 use format::{CacheMap, Header, Record, FOOTER_LEN, HEADER_LEN, RECORD_HEADER_LEN};

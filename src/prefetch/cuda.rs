@@ -32,8 +32,8 @@ use cudarc::driver::{
 use half::{bf16, f16};
 
 use super::{SlotLease, SlotMemory, SlotRing};
-use crate::batch::BatchFormat;
-use crate::builder::Config;
+use crate::config::BatchFormat;
+use crate::config::Config;
 use crate::error::{panic_message, Error};
 use crate::stats::StatsCell;
 use crate::transform::{BatchStorage, Dtype, Layout};

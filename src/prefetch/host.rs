@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::{SlotLease, SlotMemory, SlotRing};
-use crate::builder::Config;
+use crate::config::Config;
 use crate::error::Error;
 use crate::stats::StatsCell;
 use crate::transform::{BatchStorage, Normalizer};

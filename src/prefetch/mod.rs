@@ -62,12 +62,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use crate::batch::{BatchFormat, BatchParts};
-use crate::builder::{Config, Device};
+use crate::config::{BatchFormat, Config, Device};
 use crate::error::Error;
 use crate::stats::StatsCell;
-#[cfg(feature = "cuda")]
-use crate::transform::BatchStorage;
+use crate::transform::{BatchStorage, Dtype};
 
 /// How often a batcher waiting for a free slot checks whether its epoch was cancelled.
 const CANCEL_POLL: Duration = Duration::from_millis(10);
@@ -276,6 +274,27 @@ impl<S: SlotMemory> fmt::Debug for SlotLease<S> {
 
 /// What a batch being built or delivered holds besides its host buffers.
 // At most `prefetch + 3` exist at a time: not worth a box (an allocation per batch).
+/// The reusable buffers of one batch.
+#[derive(Debug)]
+pub(crate) struct BatchParts {
+    pub(crate) storage: BatchStorage,
+    pub(crate) labels: Vec<u32>,
+    pub(crate) indices: Vec<u64>,
+    /// The device slot of a device loader's batch (never in the pool).
+    pub(crate) staged: Option<Staged>,
+}
+
+impl BatchParts {
+    pub(crate) fn new(dtype: Dtype, batch_size: usize, sample_len: usize) -> Self {
+        BatchParts {
+            storage: BatchStorage::new(dtype, batch_size * sample_len),
+            labels: Vec::with_capacity(batch_size),
+            indices: Vec::with_capacity(batch_size),
+            staged: None,
+        }
+    }
+}
+
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Staged {
