@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::pipeline::EpochShared;
 #[cfg(feature = "remote")]
 use crate::pipeline::TryClaim;
-use crate::shards::{ShardCursor, TarIndex};
+use crate::source::shards::{ShardCursor, TarIndex};
 use crate::source::Backing;
 
 /// Fetched bytes held at once for tar shards (objects use `RemoteOptions::max_bytes_in_flight`).

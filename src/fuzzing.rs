@@ -57,7 +57,7 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
 
 /// Parses `bytes` as a file list. Returns the number of entries, or `None` for an error.
 pub fn parse_list(bytes: &[u8]) -> Option<usize> {
-    crate::source::parse_list(Path::new("fuzz.txt"), PathBuf::from("/data"), bytes)
+    crate::source::list::parse_list(Path::new("fuzz.txt"), PathBuf::from("/data"), bytes)
         .ok()
         .map(|i| i.len())
 }
@@ -65,7 +65,7 @@ pub fn parse_list(bytes: &[u8]) -> Option<usize> {
 /// Indexes `bytes` as a WebDataset tar shard, as opening a shard does (headers, `.cls` labels,
 /// bounds against the shard's size). Returns the number of samples, or `None` for an error.
 pub fn index_tar(bytes: &[u8]) -> Option<usize> {
-    crate::shards::index_bytes(bytes).ok()
+    crate::source::shards::index_bytes(bytes).ok()
 }
 
 /// Parses `bytes` as a cache header and reads every record it claims, as the cache reader

@@ -1,0 +1,629 @@
+//! File lists: one `PATH<TAB>LABEL` (or `PATH LABEL`) line a sample, read a line at a time
+//! (the pure core of [`Source::from_list_file`](super::Source::from_list_file)), and the one
+//! rule for labels, which tar shards' `.cls` members follow too.
+
+use std::path::{Path, PathBuf};
+
+use super::{os_to_bytes, FileIndex};
+use crate::error::Error;
+
+/// Parses a list file's bytes (pure core of [`Source::from_list_file`]).
+pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<FileIndex, Error> {
+    parse_list_from(list, base, data, data.len() as u64)
+}
+
+/// The longest list line kept in memory: a path at [`MAX_PATH_BYTES`], its label and room for
+/// spacing. A longer line is refused (or, a comment, skipped) without being held.
+const MAX_LINE_BYTES: usize = 16 << 10;
+
+/// What a file starting with `head` holds, if it is plainly not a text list.
+fn binary_kind(head: &[u8]) -> Option<String> {
+    const KINDS: [(&[u8], &str); 5] = [
+        (b"\xff\xfe", "UTF-16 text: save it as UTF-8"),
+        (b"\xfe\xff", "UTF-16 text: save it as UTF-8"),
+        (b"PK\x03\x04", "a zip archive: unpack it"),
+        (b"\xff\xd8\xff", "a JPEG image"),
+        (b"\x89PNG", "a PNG image"),
+    ];
+    if let Some((_, kind)) = KINDS.iter().find(|(magic, _)| head.starts_with(magic)) {
+        return Some(kind.to_string());
+    }
+    if let Some((kind, tool)) = compression_of(head) {
+        return Some(format!("{kind}-compressed data: decompress it (`{tool}`)"));
+    }
+    // `BZh9` then the block magic (a list's first path may well start with "BZh").
+    if head.len() >= 10 && head.starts_with(b"BZh") && &head[4..10] == b"1AY&SY" {
+        return Some("bzip2-compressed data: decompress it (`bunzip2`)".into());
+    }
+    (head.get(257..262) == Some(b"ustar"))
+        .then(|| "a tar archive: open it as tar shards (name it .tar)".into())
+}
+
+/// Parses a file list read line by line from `reader`, holding one line at a time, so the
+/// memory it takes is the index it builds plus 24 bytes an entry while it runs (for duplicate
+/// detection), whatever the list's size or content. `size_hint`: the list's length in bytes,
+/// if known (an upper bound of the index's path bytes, reserved up front).
+pub(crate) fn parse_list_from(
+    list: &Path,
+    base: PathBuf,
+    mut reader: impl std::io::BufRead,
+    size_hint: u64,
+) -> Result<FileIndex, Error> {
+    use std::io::{BufRead as _, Read as _};
+    let mut index = FileIndex::with_origin(list.to_path_buf(), base);
+    // Reserved, not touched: pages are only used as paths are written.
+    let _ = index
+        .bytes
+        .try_reserve(usize::try_from(size_hint).unwrap_or(0));
+    // Per entry, its path's hash and its line: duplicates are found by sorting these after
+    // the last line (24 bytes an entry, freed when parsing ends).
+    let mut keyed: Vec<(u64, u32)> = Vec::new();
+    let mut lines: Vec<u64> = Vec::new();
+    // Paths are compared as absolute paths under the list's folder (see `list_key`).
+    // (A list named by a bare file name has an empty folder: the current one.)
+    let folder = if index.base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        index.base.as_path()
+    };
+    let anchor = std::fs::canonicalize(folder).unwrap_or_else(|_| index.base.clone());
+    let anchor = os_to_bytes(anchor.as_os_str());
+    let mut key = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(256);
+    let mut line_no = 0u64;
+    // A file that is not a text list at all (a shard, an image, a compressed list) fails on
+    // its first "line" with a label made of binary bytes: say what it is instead.
+    if let Some(kind) = binary_kind(reader.fill_buf().map_err(|e| Error::io(list, e))?) {
+        return Err(Error::source(
+            list,
+            format!("is not a file list of `PATH<TAB>LABEL` lines: it holds {kind}"),
+        ));
+    }
+    loop {
+        buf.clear();
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| Error::io(list, e))?;
+        if read == 0 {
+            break;
+        }
+        line_no += 1;
+        if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+            let total =
+                buf.len() as u64 + skip_line(&mut reader).map_err(|e| Error::io(list, e))?;
+            if trim(&buf).first() == Some(&b'#') {
+                continue; // a long comment
+            }
+            let start: String = String::from_utf8_lossy(&buf[..480])
+                .chars()
+                .take(120)
+                .collect();
+            return Err(Error::list(
+                list,
+                line_no as usize,
+                format!(
+                    "the line is {total} bytes long, over the {MAX_LINE_BYTES}-byte limit of list lines (paths are at most {MAX_PATH_BYTES} bytes): `{start}...`"
+                ),
+            ));
+        }
+        let mut raw: &[u8] = &buf;
+        if line_no == 1 {
+            raw = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
+        }
+        let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let line = trim(raw);
+        if line.is_empty() || line[0] == b'#' {
+            continue;
+        }
+        let at = line_no as usize;
+        if line.contains(&b'\r') {
+            // Lines ended by a bare CR (classic Mac OS, some exporters) read as one line whose
+            // "path" runs over many entries, and whose last label would be taken.
+            return Err(Error::list(
+                list,
+                at,
+                "a carriage return (CR) inside the line: the list's lines seem to end in bare \
+                 CRs; end them in LF (or CRLF)",
+            ));
+        }
+        let (path, label) = split_line(line).ok_or_else(|| {
+            Error::list(
+                list,
+                at,
+                format!(
+                    "expected `PATH<TAB>LABEL` or `PATH LABEL`, found `{}` (no label)",
+                    shown(line)
+                ),
+            )
+        })?;
+        let label = parse_label(label).map_err(|reason| Error::list(list, at, reason))?;
+        // `a.jpg<TAB>3<TAB>7`: a list with more columns than PATH and LABEL, whose path would
+        // otherwise be `a.jpg<TAB>3` and fail to open far from here.
+        if let Some(tab) = path.iter().rposition(|&b| b == b'\t') {
+            let field = trim(&path[tab + 1..]);
+            if !field.is_empty() && parse_label(field).is_ok() {
+                return Err(Error::list(
+                    list,
+                    at,
+                    format!(
+                        "more than two tab-separated fields (`{}`): expected `PATH<TAB>LABEL`",
+                        shown(line)
+                    ),
+                ));
+            }
+        }
+        if path.contains(&0) {
+            return Err(Error::list(list, at, "the path contains a NUL byte"));
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(Error::list(
+                list,
+                at,
+                format!(
+                    "the path is {} bytes long, over the {MAX_PATH_BYTES}-byte limit of paths (`{}`)",
+                    path.len(),
+                    shown(path)
+                ),
+            ));
+        }
+        if index.len() >= u32::MAX as usize {
+            return Err(Error::list(list, at, "more than 2^32-1 entries"));
+        }
+        list_key(&anchor, path, &mut key);
+        keyed.push((xxhash_rust::xxh3::xxh3_64(&key), index.len() as u32));
+        lines.push(line_no);
+        index.push(path, label);
+    }
+    drop(buf);
+    if index.len() == 0 {
+        return Err(Error::source(list, "the list has no entries"));
+    }
+    let duplicates = check_duplicates(list, &index, &anchor, keyed, &lines)?;
+    if duplicates > 0 {
+        log::warn!(
+            "{}: {duplicates} path(s) listed more than once; each listing is a sample",
+            list.display()
+        );
+    }
+    index.shrink();
+    Ok(index)
+}
+
+/// Skips the rest of a line; returns how many bytes it held (not counting its newline).
+fn skip_line(reader: &mut impl std::io::BufRead) -> std::io::Result<u64> {
+    let mut skipped = 0u64;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(skipped);
+        }
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            reader.consume(i + 1);
+            return Ok(skipped + i as u64);
+        }
+        let n = buf.len();
+        reader.consume(n);
+        skipped += n as u64;
+    }
+}
+
+/// The key under which the duplicate check compares a listed path: joined to `anchor` (the
+/// list's folder, made absolute) unless absolute, with `.` components, repeated slashes and
+/// `..` (with what it cancels) removed, so `a.jpg`, `./a.jpg`, `sub/../a.jpg` and the file's
+/// absolute path are one path. (Through a symbolic link `sub/..` need not lead back; two
+/// such spellings of different files would then be taken for one, and two labels for them
+/// refused. Symbolic and hard links to one file under two names are not looked for: that
+/// would take a `stat` of every listed file.)
+fn list_key(anchor: &[u8], path: &[u8], out: &mut Vec<u8>) {
+    let absolute = path.starts_with(b"/");
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let joined = [if absolute { &b""[..] } else { anchor }, b"/", path];
+    let rooted = joined[0].starts_with(b"/") || absolute;
+    for part in joined.iter().flat_map(|p| p.split(|&b| b == b'/')) {
+        match part {
+            b"" | b"." => {}
+            b".." if parts.last().is_some_and(|p| *p != b"..") => {
+                parts.pop();
+            }
+            b".." if rooted => {}
+            p => parts.push(p),
+        }
+    }
+    out.clear();
+    if rooted {
+        out.push(b'/');
+    }
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b'/');
+        }
+        out.extend_from_slice(p);
+    }
+}
+
+/// Finds paths listed more than once (`keyed`: each entry's path hash and number; `lines`:
+/// each entry's line). The same path with the same label is a duplicate (counted); with
+/// another label it is an error naming the first such line in the file and the path's first
+/// listing.
+fn check_duplicates(
+    list: &Path,
+    index: &FileIndex,
+    anchor: &[u8],
+    mut keyed: Vec<(u64, u32)>,
+    lines: &[u64],
+) -> Result<u64, Error> {
+    keyed.sort_unstable();
+    let mut duplicates = 0u64;
+    // (later entry, its path's first entry) of the earliest conflict.
+    let mut conflict: Option<(u32, u32)> = None;
+    let mut group: Vec<u32> = Vec::new();
+    for same_hash in keyed.chunk_by(|a, b| a.0 == b.0) {
+        if same_hash.len() < 2 {
+            continue;
+        }
+        // By path, then entry: each path's first listing leads its run.
+        group.clear();
+        group.extend(same_hash.iter().map(|k| k.1));
+        let key = |i: u32| {
+            let mut k = Vec::new();
+            list_key(anchor, index.raw_path(i as usize), &mut k);
+            k
+        };
+        group.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
+        for run in group.chunk_by(|&a, &b| key(a) == key(b)) {
+            let first = run[0];
+            for &later in &run[1..] {
+                if index.label(later as usize) == index.label(first as usize) {
+                    duplicates += 1;
+                } else if conflict.is_none_or(|(c, _)| later < c) {
+                    conflict = Some((later, first));
+                }
+            }
+        }
+    }
+    match conflict {
+        None => Ok(duplicates),
+        Some((later, first)) => Err(Error::list(
+            list,
+            lines[later as usize] as usize,
+            format!(
+                "`{}` is listed again with label {}, but line {} gives it label {}",
+                shown(index.raw_path(later as usize)),
+                index.label(later as usize),
+                lines[first as usize],
+                index.label(first as usize)
+            ),
+        )),
+    }
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = s {
+        if first.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    while let [rest @ .., last] = s {
+        if last.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    s
+}
+
+/// Splits a trimmed line into (path, label field) at its last run of whitespace.
+fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let cut = line.iter().rposition(|b| b.is_ascii_whitespace())?;
+    let label = &line[cut + 1..];
+    let path = trim(&line[..cut]);
+    if path.is_empty() || label.is_empty() {
+        return None;
+    }
+    Some((path, label))
+}
+
+/// Linux's PATH_MAX: no longer path can be opened.
+const MAX_PATH_BYTES: usize = 4096;
+
+/// Bytes from a list line (or a tar member name) as text for an error message: lossily decoded and cut to about 120
+/// characters (a binary file or a megabyte-long line would otherwise flood the terminal).
+pub(crate) fn shown(bytes: &[u8]) -> String {
+    const KEEP: usize = 120;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(KEEP * 4)]);
+    // Control characters escaped: a message never drives the terminal it is printed on.
+    let escape = |t: &str| -> String {
+        t.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    };
+    if bytes.len() <= KEEP * 4 && text.chars().count() <= KEEP {
+        return escape(&text);
+    }
+    let cut: String = text.chars().take(KEEP).collect();
+    format!("{}... ({} bytes in all)", escape(&cut), bytes.len())
+}
+
+/// A label: a decimal number from 0 to `u32::MAX`, leading zeros and a `+` allowed; the error
+/// quotes the field. The one rule for list lines and tar shards' `.cls` members.
+pub(crate) fn parse_label(field: &[u8]) -> Result<u32, String> {
+    let text = shown(field);
+    let digits = field.strip_prefix(b"+").unwrap_or(field);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        if field.first() == Some(&b'-')
+            && field[1..].iter().all(u8::is_ascii_digit)
+            && field.len() > 1
+        {
+            return Err(format!(
+                "label `{text}` is out of range: labels must be 0 or more"
+            ));
+        }
+        return Err(format!("label `{text}` is not an integer"));
+    }
+    // Leading zeros are fine; anything beyond u32 is out of range.
+    let mut v: u64 = 0;
+    for &d in digits {
+        v = v * 10 + u64::from(d - b'0');
+        if v > u64::from(u32::MAX) {
+            return Err(format!(
+                "label `{text}` is out of range (at most {})",
+                u32::MAX
+            ));
+        }
+    }
+    Ok(v as u32)
+}
+
+/// The compression (name, tool that undoes it) of a file starting with `head`, told by its
+/// magic number: gzip, xz, zstd, lz4.
+pub(crate) fn compression_of(head: &[u8]) -> Option<(&'static str, &'static str)> {
+    [
+        (&b"\x1f\x8b"[..], "gzip", "gunzip"),
+        (b"\xfd7zXZ\x00", "xz", "unxz"),
+        (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+        (b"\x04\x22\x4d\x18", "lz4", "unlz4"),
+    ]
+    .into_iter()
+    .find(|(magic, ..)| head.starts_with(magic))
+    .map(|(_, kind, tool)| (kind, tool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &[u8]) -> Result<FileIndex, Error> {
+        parse_list(Path::new("list.txt"), PathBuf::from("/data"), s)
+    }
+
+    #[test]
+    fn parses_tab_and_space_forms_comments_blank_lines() {
+        let idx = parse(b"# header\na.jpg\t3\n\n  b c.jpg 4  \r\n/abs/d.png\t0\n").unwrap();
+        assert_eq!(idx.len(), 3);
+        assert_eq!(idx.raw_path(0), b"a.jpg");
+        assert_eq!(idx.label(0), 3);
+        assert_eq!(idx.raw_path(1), b"b c.jpg");
+        assert_eq!(idx.label(1), 4);
+        assert_eq!(idx.path(0), PathBuf::from("/data/a.jpg"));
+        assert_eq!(idx.path(2), PathBuf::from("/abs/d.png"));
+        // A third column is an error at its line, not a path `a.jpg<TAB>3` that fails to
+        // open later; a tab inside a file name is still a path.
+        let err = parse(b"a.jpg\t3\nb.jpg\t3\nc.jpg\t1\t7\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("list.txt:3: more than two tab-separated fields"),
+            "{msg}"
+        );
+        let idx = parse(b"odd\tname.jpg\t2\n").unwrap();
+        assert_eq!((idx.raw_path(0), idx.label(0)), (&b"odd\tname.jpg"[..], 2));
+    }
+
+    #[test]
+    fn bom_and_crlf() {
+        let idx = parse(b"\xEF\xBB\xBFa.jpg 1\r\nb.jpg 2\r\n").unwrap();
+        assert_eq!(idx.raw_path(0), b"a.jpg");
+        assert_eq!(idx.label(1), 2);
+    }
+
+    #[test]
+    fn malformed_lines_name_the_line() {
+        let err = parse(b"a.jpg 1\nonly_a_path.jpg\n").unwrap_err();
+        assert_eq!(err.to_string().split(':').nth(1), Some("2"));
+        assert!(err.to_string().contains("no label"), "{err}");
+        let err = parse(b"a.jpg x\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("list.txt:1: label `x` is not an integer"),
+            "{err}"
+        );
+        let err = parse(b"a.jpg -1\n").unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        let err = parse(b"a.jpg 99999999999\n").unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        let err = parse(b"a.jpg 1.5\n").unwrap_err();
+        assert!(err.to_string().contains("not an integer"), "{err}");
+    }
+
+    #[test]
+    fn long_lines_and_binary_lists_give_short_errors() {
+        // A 5 MB path: refused by its line's length, named by line, and the message stays
+        // short.
+        let mut list = b"a.jpg 1\n".to_vec();
+        list.extend(std::iter::repeat_n(b'p', 5_000_000));
+        list.extend_from_slice(b" 2\n");
+        let msg = parse(&list).unwrap_err().to_string();
+        assert!(
+            msg.starts_with(
+                "list.txt:2: the line is 5000002 bytes long, over the 16384-byte limit"
+            ),
+            "{msg:.300}"
+        );
+        assert!(msg.len() < 400, "{} bytes of message", msg.len());
+        // A path over the limit on a line under it: the path's own message.
+        let mut list = vec![b'q'; MAX_PATH_BYTES + 1];
+        list.extend_from_slice(b" 0\n");
+        let msg = parse(&list).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("list.txt:1: the path is 4097 bytes long, over the 4096-byte limit"),
+            "{msg:.300}"
+        );
+        // A path at the limit is fine, and so is a line at its limit.
+        let mut list = vec![b'q'; MAX_PATH_BYTES];
+        list.extend_from_slice(b" 0\n");
+        assert_eq!(parse(&list).unwrap().raw_path(0).len(), MAX_PATH_BYTES);
+        let mut list = vec![b'q'; MAX_PATH_BYTES];
+        list.resize(MAX_LINE_BYTES - 2, b' ');
+        list.extend_from_slice(b" 7\nb.jpg 1\n");
+        let idx = parse(&list).unwrap();
+        assert_eq!((idx.len(), idx.label(0), idx.label(1)), (2, 7, 1));
+        let mut list = vec![b'q'; MAX_PATH_BYTES];
+        list.resize(MAX_LINE_BYTES - 1, b' ');
+        list.extend_from_slice(b" 7\n");
+        assert!(parse(&list).is_err());
+        // Binary data given as a list: an error about line 1, not a screenful of bytes.
+        let binary: Vec<u8> = (0..1_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let msg = parse(&binary).unwrap_err().to_string();
+        assert!(msg.starts_with("list.txt:"), "{msg:.300}");
+        assert!(msg.len() < 700, "{} bytes of message", msg.len());
+        // Long labels and lines without a label are cut too.
+        let mut list = b"a.jpg ".to_vec();
+        list.extend(std::iter::repeat_n(b'x', 10_000));
+        let msg = parse(&list).unwrap_err().to_string();
+        assert!(
+            msg.contains("is not an integer") && msg.contains("10000 bytes in all"),
+            "{msg:.300}"
+        );
+        assert_eq!(shown("é".repeat(100).as_bytes()), "é".repeat(100));
+    }
+
+    /// A list read through a tiny buffer, so lines and the skipped rest of a long one cross
+    /// buffer boundaries.
+    fn parse_slowly(s: &[u8]) -> Result<FileIndex, Error> {
+        let reader = std::io::BufReader::with_capacity(7, s);
+        parse_list_from(Path::new("list.txt"), PathBuf::from("/data"), reader, 0)
+    }
+
+    #[test]
+    fn lists_are_read_a_line_at_a_time() {
+        let mut list = b"\xEF\xBB\xBFa.jpg\t0\r\n".to_vec();
+        // A long comment is skipped, however long.
+        list.extend_from_slice(b"  # ");
+        list.extend(std::iter::repeat_n(b'c', 100_000));
+        list.extend_from_slice(b"\nsub dir/b c.jpg 12\n\n#x\nlast.png 3");
+        for idx in [parse(&list).unwrap(), parse_slowly(&list).unwrap()] {
+            assert_eq!(idx.len(), 3);
+            assert_eq!(idx.raw_path(0), b"a.jpg");
+            assert_eq!(
+                (idx.raw_path(1), idx.label(1)),
+                (&b"sub dir/b c.jpg"[..], 12)
+            );
+            assert_eq!((idx.raw_path(2), idx.label(2)), (&b"last.png"[..], 3));
+        }
+        // A long line's length is counted to its end, and the next line is not read.
+        let mut list = b"a.jpg 0\n".to_vec();
+        list.extend(std::iter::repeat_n(b'z', 50_000));
+        list.extend_from_slice(b" 1\nthis line is bad\n");
+        let msg = parse_slowly(&list).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("list.txt:2: the line is 50002 bytes long"),
+            "{msg:.200}"
+        );
+        // The byte-order mark is only skipped at the start of the list.
+        let idx = parse(b"a.jpg 0\n\xEF\xBB\xBFb.jpg 1\n").unwrap();
+        assert_eq!(idx.raw_path(1), b"\xEF\xBB\xBFb.jpg");
+    }
+
+    #[test]
+    fn empty_list_is_an_error() {
+        assert!(parse(b"").is_err());
+        assert!(parse(b"# only a comment\n\n").is_err());
+    }
+
+    #[test]
+    fn duplicates_same_label_kept_conflicting_label_rejected() {
+        let idx = parse(b"a.jpg 1\na.jpg 1\n").unwrap();
+        assert_eq!(idx.len(), 2);
+        let err = parse(b"a.jpg 1\nb.jpg 0\na.jpg 2\n").unwrap_err();
+        assert!(err.to_string().contains("list.txt:3:"), "{err}");
+        assert!(err.to_string().contains("line 1"), "{err}");
+        // Several conflicts: the first in the file is reported, against the path's first
+        // listing (not a later duplicate of it).
+        let list = b"z.jpg 5\na.jpg 1\nz.jpg 5\nq.jpg 0\na.jpg 1\nz.jpg 6\na.jpg 9\n";
+        let err = parse(list).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "list.txt:6: `z.jpg` is listed again with label 6, but line 1 gives it label 5"
+            ),
+            "{err}"
+        );
+        // Spellings of one path that differ only by `.` components or doubled slashes are
+        // the same path: two labels for it are a conflict too.
+        let err = parse(b"img0.jpg 1\n./img0.jpg 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("list.txt:2: `./img0.jpg` is listed again"),
+            "{err}"
+        );
+        assert!(parse(b"d//a.jpg 1\nd/./a.jpg 1\n../d/a.jpg 2\n").is_ok());
+        let err = parse(b"a.jpg 1\nsub/../a.jpg 2\n").unwrap_err().to_string();
+        assert!(err.contains("listed again"), "{err}");
+        // A list named by a bare file name lives in the current folder: its relative paths
+        // and their absolute spellings are one path too.
+        let cwd = std::env::current_dir().unwrap();
+        let text = format!("a.jpg 1\n{}/a.jpg 2\n", cwd.display());
+        let err = parse_list(Path::new("list.txt"), PathBuf::new(), text.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("listed again"), "{err}");
+        let k = |anchor: &[u8], p: &[u8]| {
+            let mut out = Vec::new();
+            list_key(anchor, p, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(k(b"/data", b"./d//./a.jpg"), "/data/d/a.jpg");
+        assert_eq!(k(b"/data", b"sub/../a.jpg"), "/data/a.jpg");
+        assert_eq!(k(b"/data", b"/data/a.jpg"), "/data/a.jpg");
+        assert_eq!(k(b"/data", b"/x/./y/"), "/x/y");
+        assert_eq!(k(b"/data", b"../../../a.jpg"), "/a.jpg");
+        assert_eq!(k(b"rel", b"../../a.jpg"), "../a.jpg");
+        assert_eq!(k(b"", b"a.jpg"), "a.jpg");
+        // Many listings of one path stay cheap, and all count.
+        let many = b"p.jpg 3\n".repeat(100_000);
+        let idx = parse(&many).unwrap();
+        assert_eq!(idx.len(), 100_000);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_paths_survive() {
+        let idx = parse(b"caf\xE9.jpg 0\n").unwrap();
+        assert_eq!(idx.raw_path(0), b"caf\xE9.jpg");
+    }
+
+    #[test]
+    fn index_is_compact() {
+        let mut list = Vec::new();
+        for i in 0..10_000 {
+            list.extend_from_slice(
+                format!("train/n01440764/n01440764_{i:05}.JPEG\t{}\n", i % 1000).as_bytes(),
+            );
+        }
+        let idx = parse(&list).unwrap();
+        // 35-byte paths + 12 bytes of offset and label.
+        assert!(idx.heap_bytes() <= 10_000 * 48, "{}", idx.heap_bytes());
+    }
+}

@@ -1,0 +1,549 @@
+//! Sources: where samples come from. A file list, a folder of class folders, or a list the
+//! caller builds; each becomes a compact index of `(path, label)` entries that the pipeline
+//! visits in a seeded permutation every epoch.
+//!
+//! Tar shards in the WebDataset layout and objects in object storage (`s3://…`, with the
+//! `remote` feature) are sources too: their samples are indexed the same way, plus where each
+//! sample's bytes lie (shard, offset, length, 20 bytes a sample), and the pipeline reads them
+//! through its fetch stage (`fetch.rs`) instead of opening one file per sample.
+//!
+//! The index stores every path as bytes in one buffer, relative to a base folder, plus an
+//! 8-byte end offset and a 4-byte label per entry: about `path length + 12` bytes a sample
+//! (ImageNet's 1.28 million paths of ~40 bytes take about 67 MB).
+//!
+//! This file is the API ([`Source`] and its constructors); the rest is in its children:
+//! `index.rs` (the compact index), `list.rs` (file lists and the label rule), `walk.rs`
+//! (class folders), `shards/` (tar shards: index, read, write, sidecar), and with the
+//! `remote` feature `remote.rs` (the object store client) and `url.rs` (opening a URL).
+
+mod index;
+pub(crate) mod list;
+#[cfg(feature = "remote")]
+pub(crate) mod remote;
+pub(crate) mod shards;
+#[cfg(feature = "remote")]
+mod url;
+pub(crate) mod walk;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Error;
+pub(crate) use index::{check_count, os_to_bytes, FileIndex};
+use list::{parse_list_from, shown};
+use shards::TarIndex;
+use walk::class_folder_with_images;
+
+/// Where the samples come from. Build one with [`Source::from_list_file`],
+/// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
+/// [`Loader::builder`](crate::Loader::builder).
+///
+/// ```
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// use imagefeed::Source;
+/// let source = Source::from_entries([("testdata/photos/photo_0.jpg", 0), ("testdata/photos/photo_1.jpg", 1)])?;
+/// assert_eq!(source.len(), 2);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub(crate) index: FileIndex,
+    pub(crate) backing: Backing,
+}
+
+/// How a source's samples are stored, as [`Source::kind`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SourceKind {
+    /// One local file a sample (a file list, a folder of class folders, entries).
+    Files,
+    /// One object a sample in object storage (`s3://bucket/prefix` of images or a list there).
+    Objects,
+    /// Samples packed in tar shards (WebDataset layout), local or in object storage, each shard
+    /// read as one sequential stream.
+    TarShards,
+}
+
+/// Where the bytes of a source's samples are.
+#[derive(Debug, Clone)]
+pub(crate) enum Backing {
+    /// Local files: the index paths.
+    Files,
+    /// Objects: index paths are keys relative to `prefix` in `store`.
+    #[cfg(feature = "remote")]
+    Objects(Arc<ObjectIndex>),
+    /// Members of tar shards.
+    Tar(Arc<TarIndex>),
+}
+
+/// Objects of a store, one a sample.
+#[cfg(feature = "remote")]
+#[derive(Debug)]
+pub(crate) struct ObjectIndex {
+    pub(crate) store: Arc<crate::source::remote::Store>,
+    /// The key prefix the index's paths are relative to (`""` for the bucket root).
+    pub(crate) prefix: String,
+    /// Size and modification time of each sample's object, from the listing (for the cache
+    /// fingerprint). `(0, 0)` for objects named by a list file (not listed): the fingerprint
+    /// then asks the store (one HEAD request each, only for a loader with a cache).
+    pub(crate) stamps: Vec<(u64, i64)>,
+}
+
+#[cfg(feature = "remote")]
+impl ObjectIndex {
+    pub(crate) fn key(&self, index: &FileIndex, i: usize) -> String {
+        let rel = String::from_utf8_lossy(index.raw_path(i));
+        join_key(&self.prefix, &rel)
+    }
+}
+
+#[cfg(feature = "remote")]
+pub(crate) fn join_key(prefix: &str, rel: &str) -> String {
+    if prefix.is_empty() {
+        rel.to_string()
+    } else {
+        format!("{prefix}/{rel}")
+    }
+}
+
+/// Limits and retries for sources in object storage (see [`Source::from_url_with`]).
+///
+/// ```
+/// use std::time::Duration;
+/// let options = imagefeed::RemoteOptions::default()
+///     .max_requests(32)
+///     .max_bytes_in_flight(128 << 20)
+///     .retry_timeout(Duration::from_secs(60));
+/// assert_eq!(options.max_requests, 32);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RemoteOptions {
+    /// The most requests in flight at once (default 16).
+    pub max_requests: usize,
+    /// The most fetched bytes held at once, fetched and waiting to be decoded (default 64 MiB;
+    /// one sample larger than this is still fetched, alone).
+    pub max_bytes_in_flight: u64,
+    /// How many times a request failing with a transient error (a 5xx answer, throttling, a
+    /// dropped connection) is retried, with exponential backoff (default 5).
+    pub retries: usize,
+    /// No retry starts later than this after a request's first try (default 30 s): a store
+    /// that stops answering ends the epoch with an error instead of a hang.
+    pub retry_timeout: Duration,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            max_requests: 16,
+            max_bytes_in_flight: 64 << 20,
+            retries: 5,
+            retry_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RemoteOptions {
+    /// Sets [`RemoteOptions::max_requests`] (at least 1).
+    pub fn max_requests(mut self, n: usize) -> Self {
+        self.max_requests = n.max(1);
+        self
+    }
+    /// Sets [`RemoteOptions::max_bytes_in_flight`].
+    pub fn max_bytes_in_flight(mut self, bytes: u64) -> Self {
+        self.max_bytes_in_flight = bytes;
+        self
+    }
+    /// Sets [`RemoteOptions::retries`].
+    pub fn retries(mut self, n: usize) -> Self {
+        self.retries = n;
+        self
+    }
+    /// Sets [`RemoteOptions::retry_timeout`].
+    pub fn retry_timeout(mut self, t: Duration) -> Self {
+        self.retry_timeout = t;
+        self
+    }
+}
+
+impl Source {
+    pub(crate) fn files(index: FileIndex) -> Source {
+        Source {
+            index,
+            backing: Backing::Files,
+        }
+    }
+
+    /// Reads a file list: one sample a line, `PATH<TAB>LABEL` or `PATH LABEL`.
+    ///
+    /// The last whitespace-separated field is the label, a non-negative integer; the path is
+    /// everything before it (so a path may contain spaces) and is relative to the list file's
+    /// folder unless absolute. Blank lines and lines starting with `#` are ignored; CRLF line
+    /// ends and a UTF-8 byte-order mark are accepted; paths may hold any bytes but NUL.
+    /// A path listed twice with the same label is kept twice (oversampling), with a warning; a
+    /// path listed twice with different labels is an error (`a.jpg`, `./a.jpg`, `sub/../a.jpg`
+    /// and its absolute path are one path). A line with a third
+    /// tab-separated field (`a.jpg<TAB>3<TAB>7`) is an error, not a path `a.jpg<TAB>3`.
+    ///
+    /// The list is read a line at a time, never whole: building the source takes the index it
+    /// keeps ([`Source::heap_bytes`]) plus 24 bytes an entry while it runs. A line over 16 KiB
+    /// (a path is at most 4,096 bytes) is an error naming it, read no further than its end; a
+    /// comment that long is skipped.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if the list cannot be read,
+    /// [`ErrorKind::List`](crate::ErrorKind::List) naming the line for a malformed line, and
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) for a list with no entries.
+    pub fn from_list_file(path: impl AsRef<Path>) -> Result<Source, Error> {
+        let path = path.as_ref();
+        regular_file(path)?;
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        // Read a line at a time: the list is never held whole.
+        let reader = std::io::BufReader::with_capacity(64 << 10, file);
+        let index = parse_list_from(path, base, reader, len)?;
+        Ok(Source::files(index))
+    }
+
+    /// Reads a folder with one sub-folder per class, like torchvision's `ImageFolder`: the
+    /// sorted sub-folder names get labels `0..k`, and every `.jpg`, `.jpeg` or `.png` file
+    /// below a class folder (recursively, sorted by path) is a sample of that class. Hidden
+    /// files and other extensions are ignored.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if a folder cannot be read, and
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) if there is no class folder or no image.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Source, Error> {
+        Ok(Source::files(walk::class_folders(dir.as_ref())?))
+    }
+
+    /// A source from `(path, label)` pairs built by the caller. Relative paths are relative
+    /// to the current directory.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) if there are no entries.
+    pub fn from_entries<P: AsRef<Path>>(
+        entries: impl IntoIterator<Item = (P, u32)>,
+    ) -> Result<Source, Error> {
+        let mut index = FileIndex::with_origin(PathBuf::from("<entries>"), PathBuf::new());
+        for (p, label) in entries {
+            index.push(&os_to_bytes(p.as_ref().as_os_str()), label);
+        }
+        if index.len() == 0 {
+            return Err(Error::source("<entries>", "no entries"));
+        }
+        check_count(&index)?;
+        index.shrink();
+        Ok(Source::files(index))
+    }
+
+    /// Opens whatever `path` names:
+    /// - a URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `http(s)://…`): [`Source::from_url`];
+    /// - a `.tar` file, or a folder holding `.tar` files: [`Source::from_tar_shards`] (the
+    ///   folder's `*.tar` files, sorted by name);
+    /// - another folder: [`Source::from_dir`] (class folders);
+    /// - another file: [`Source::from_list_file`].
+    ///
+    /// # Errors
+    /// As the constructor chosen, and [`ErrorKind::Source`](crate::ErrorKind::Source) for a
+    /// folder holding both `.tar` files and class folders of images (reading either kind
+    /// would drop the other's samples or labels without a word).
+    pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
+        let path = path.as_ref();
+        if let Some(url) = path.to_str().filter(|s| shards::looks_like_url(s)) {
+            return Source::from_url(url);
+        }
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if meta.is_dir() {
+            let shards = shards::tar_files_in(path)?;
+            if shards.is_empty() {
+                return Source::from_dir(path);
+            }
+            // Shards beside class folders (the archive the folders came from, say): reading
+            // either would drop the other's samples, or their labels, without a word.
+            if let Some(class) = class_folder_with_images(path)? {
+                let shard = shards[0].file_name().unwrap_or_default().to_string_lossy();
+                return Err(Error::source(
+                    path,
+                    format!(
+                        "holds both tar shards ({shard}{}) and class folders ({}/ holds images): \
+                         move one kind out, or open them explicitly with Source::from_tar_shards \
+                         or Source::from_dir",
+                        if shards.len() > 1 { ", ..." } else { "" },
+                        shown(class.as_encoded_bytes())
+                    ),
+                ));
+            }
+            Source::from_tar_shards(shards)
+        } else if shards::is_tar_name(&path.to_string_lossy()) {
+            Source::from_tar_shards([path])
+        } else {
+            Source::from_list_file(path)
+        }
+    }
+
+    /// Tar shards in the WebDataset layout: each sample is a group of consecutive members
+    /// sharing a key (the member path up to the first `.` of its file name), with one image
+    /// (`KEY.jpg`, `KEY.jpeg` or `KEY.png`) and its label as decimal text in `KEY.cls`. Other
+    /// members (`KEY.json`, …) are ignored. Sample `i` is the `i`-th sample in shard order,
+    /// then member order.
+    ///
+    /// Opening reads every member header once (seeking over the data) to index where each
+    /// image lies; the pipeline then reads each shard as one sequential stream, visits the
+    /// shards in a seeded order each epoch and mixes samples through the shuffle buffer.
+    ///
+    /// If no sample has a `.cls` member, every label is 0 (an unlabeled dataset).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if a shard cannot be read, and
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) naming the shard for a damaged or
+    /// truncated archive, a malformed `.cls`, a sample without a label among labeled ones, or
+    /// shards with no image at all.
+    pub fn from_tar_shards<P: AsRef<Path>>(
+        shards: impl IntoIterator<Item = P>,
+    ) -> Result<Source, Error> {
+        let paths: Vec<PathBuf> = shards
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        shards::index_local(&paths)
+    }
+
+    /// A source in object storage, with [`RemoteOptions::default`]: see
+    /// [`Source::from_url_with`].
+    ///
+    /// # Errors
+    /// As [`Source::from_url_with`].
+    pub fn from_url(url: &str) -> Result<Source, Error> {
+        Source::from_url_with(url, RemoteOptions::default())
+    }
+
+    /// A source in object storage, through the `object_store` crate: `s3://bucket/prefix`,
+    /// `gs://bucket/prefix`, `az://container/prefix` or `http(s)://host/prefix`. Credentials,
+    /// region and endpoint come from the environment (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP=true` for a
+    /// plain-http endpoint, and the `GOOGLE_*` / `AZURE_*` equivalents).
+    ///
+    /// What the URL names decides the layout, as [`Source::open`] does for local paths:
+    /// - a `.tar` object, or a prefix holding `.tar` objects: tar shards
+    ///   ([`Source::from_tar_shards`]), each read with one streamed request;
+    /// - a `.txt` object: a file list whose relative paths are keys next to it;
+    /// - another prefix: its images (`.jpg`, `.jpeg`, `.png`), labeled by class "folder" (the
+    ///   first key component under the prefix, sorted, as [`Source::from_dir`]), or all label
+    ///   0 when they sit directly under the prefix.
+    ///
+    /// Requests run at most [`RemoteOptions::max_requests`] at a time, hold at most
+    /// [`RemoteOptions::max_bytes_in_flight`], and are retried on transient errors.
+    ///
+    /// # Errors
+    /// [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled) without the `remote`
+    /// feature; [`ErrorKind::Source`](crate::ErrorKind::Source) for a malformed URL or an empty
+    /// prefix; [`ErrorKind::Io`](crate::ErrorKind::Io) naming the object for a missing object,
+    /// denied access or an unreachable store.
+    pub fn from_url_with(url: &str, options: RemoteOptions) -> Result<Source, Error> {
+        #[cfg(feature = "remote")]
+        {
+            url::open_remote(url, options)
+        }
+        #[cfg(not(feature = "remote"))]
+        {
+            let _ = (url, options);
+            Err(Error::feature_disabled("remote"))
+        }
+    }
+
+    /// How the samples are stored.
+    pub fn kind(&self) -> SourceKind {
+        match &self.backing {
+            Backing::Files => SourceKind::Files,
+            #[cfg(feature = "remote")]
+            Backing::Objects(_) => SourceKind::Objects,
+            Backing::Tar(_) => SourceKind::TarShards,
+        }
+    }
+
+    /// Feeds `hasher` what identifies this source's samples: their number, then in index
+    /// order each sample's path and label, and with `with_stamps` also the size and
+    /// modification time of its bytes (one `stat` a file; a HEAD request for each object whose
+    /// listing did not give them). Two sources that feed the same bytes deliver the same
+    /// samples under the same labels at the same indices, and with stamps, from files of the
+    /// same size and time.
+    ///
+    /// The on-disk [cache](crate::LoaderBuilder::cache) checks the stamped form before reusing
+    /// decoded images; the command line keeps the plain form in a saved
+    /// [`LoaderState`](crate::LoaderState) and checks it before resuming, since a state resumed
+    /// over other samples would repeat some and skip others.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use std::hash::{DefaultHasher, Hasher};
+    /// let source = imagefeed::Source::from_dir("testdata/classes")?;
+    /// let mut h = DefaultHasher::new();
+    /// source.fingerprint(&mut h, false);
+    /// let mut again = DefaultHasher::new();
+    /// imagefeed::Source::from_dir("testdata/classes")?.fingerprint(&mut again, false);
+    /// assert_eq!(h.finish(), again.finish());
+    /// # Ok(()) }
+    /// ```
+    pub fn fingerprint(&self, hasher: &mut impl std::hash::Hasher, with_stamps: bool) {
+        let fetched = if with_stamps {
+            self.fetch_stamps()
+        } else {
+            None
+        };
+        hasher.write(&(self.len() as u64).to_le_bytes());
+        let mut path = PathBuf::new();
+        for i in 0..self.len() {
+            self.index.path_into(i, &mut path);
+            hasher.write(path.as_os_str().as_encoded_bytes());
+            hasher.write(&[0]);
+            if with_stamps {
+                let (len, mtime) = match &fetched {
+                    Some(stamps) => stamps[i],
+                    None => self.stamp(i, &mut path),
+                };
+                hasher.write(&len.to_le_bytes());
+                hasher.write(&mtime.to_le_bytes());
+            }
+            hasher.write(&self.index.label(i).to_le_bytes());
+        }
+    }
+
+    /// Every sample's size and modification time, when the source itself does not know them:
+    /// objects named by a list file (not listed, so stamped `(0, 0)`) are asked of the store, so
+    /// that a cache over the list sees an object replaced under the same key. One HEAD request
+    /// an object, 32 in flight; an object the store cannot describe is stamped `u64::MAX` (its
+    /// read fails later, naming it). `None` where [`Source::stamp`] knows them all.
+    fn fetch_stamps(&self) -> Option<Vec<(u64, u128)>> {
+        #[cfg(feature = "remote")]
+        if let Backing::Objects(o) = &self.backing {
+            let missing: Vec<usize> = (0..o.stamps.len())
+                .filter(|&i| o.stamps[i] == (0, 0))
+                .collect();
+            if missing.is_empty() {
+                return None;
+            }
+            let keys = missing.iter().map(|&i| o.key(&self.index, i)).collect();
+            let mut stamps: Vec<(u64, u128)> =
+                o.stamps.iter().map(|&(s, m)| (s, m as u128)).collect();
+            for (&i, got) in missing.iter().zip(o.store.head_many(keys)) {
+                stamps[i] = got.map_or((u64::MAX, 0), |(s, m)| (s, m as u128));
+            }
+            return Some(stamps);
+        }
+        None
+    }
+
+    /// Size and modification time of sample `i`'s bytes, for the stamped fingerprint.
+    fn stamp(&self, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
+        match &self.backing {
+            Backing::Files => {
+                self.index.path_into(i, scratch);
+                match std::fs::metadata(&*scratch) {
+                    Ok(m) => {
+                        let t = m
+                            .modified()
+                            .ok()
+                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                            .map_or(0, |d| d.as_nanos());
+                        (m.len(), t)
+                    }
+                    Err(_) => (u64::MAX, 0),
+                }
+            }
+            #[cfg(feature = "remote")]
+            Backing::Objects(o) => {
+                let (size, mtime) = o.stamps[i];
+                (size, mtime as u128)
+            }
+            Backing::Tar(t) => t.stamp(i),
+        }
+    }
+
+    /// The encoded bytes of sample `i` (random access; the pipeline streams instead). Used to
+    /// write shards. Refuses more than `limit` bytes.
+    pub(crate) fn read_sample(&self, i: usize, limit: u64) -> Result<Vec<u8>, Error> {
+        match &self.backing {
+            Backing::Files => {
+                use std::io::Read;
+                let path = self.index.path(i);
+                regular_file(&path)?;
+                let mut out = Vec::new();
+                std::fs::File::open(&path)
+                    .map_err(|e| Error::io(&path, e))?
+                    .take(limit + 1)
+                    .read_to_end(&mut out)
+                    .map_err(|e| Error::io(&path, e))?;
+                if out.len() as u64 > limit {
+                    return Err(Error::decode(
+                        &path,
+                        crate::error::DecodeFailure(format!("over the {limit}-byte limit")),
+                    ));
+                }
+                Ok(out)
+            }
+            #[cfg(feature = "remote")]
+            Backing::Objects(o) => o.store.get(&o.key(&self.index, i), limit),
+            Backing::Tar(t) => t.read_member(i, self.index.label(i), &self.index.path(i), limit),
+        }
+    }
+
+    /// The number of samples.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True if the source has no samples (never the case for a built source).
+    pub fn is_empty(&self) -> bool {
+        self.index.len() == 0
+    }
+
+    /// The full path of sample `i` (`None` if out of range).
+    pub fn path(&self, i: usize) -> Option<PathBuf> {
+        (i < self.len()).then(|| self.index.path(i))
+    }
+
+    /// The label of sample `i` (`None` if out of range).
+    pub fn label(&self, i: usize) -> Option<u32> {
+        (i < self.len()).then(|| self.index.label(i))
+    }
+
+    /// Class names by label, for a class-folder source.
+    pub fn class_names(&self) -> Option<&[String]> {
+        self.index.class_names.as_deref()
+    }
+
+    /// The largest label plus one.
+    pub fn num_classes(&self) -> u32 {
+        self.index.labels.iter().max().map_or(0, |m| m + 1)
+    }
+
+    /// Heap bytes the index holds (counted in the loader's memory budget).
+    pub fn heap_bytes(&self) -> u64 {
+        self.index.heap_bytes()
+            + match &self.backing {
+                Backing::Files => 0,
+                #[cfg(feature = "remote")]
+                Backing::Objects(o) => (o.stamps.capacity() * 16) as u64,
+                Backing::Tar(t) => t.heap_bytes(),
+            }
+    }
+}
+
+/// Refuses a path that is not a regular file before it is opened: opening a FIFO blocks
+/// until a writer comes, and a device such as `/dev/zero` never ends. The one check for
+/// lists, sample files and cached-epoch rereads.
+pub(crate) fn regular_file(path: &Path) -> Result<(), Error> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "is a directory, not a file"
+    } else {
+        "is not a regular file (a device, FIFO or socket)"
+    };
+    Err(Error::io(path, std::io::Error::other(what)))
+}

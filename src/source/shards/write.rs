@@ -1,0 +1,183 @@
+//! Writing a source as tar shards (`imagefeed shards`, [`write_shards`]).
+
+use std::path::{Path, PathBuf};
+
+use super::sidecar::write_sidecar;
+use super::{is_tar_name, Found};
+use crate::error::Error;
+use crate::source::walk::IMAGE_EXTENSIONS;
+use crate::source::Source;
+
+/// What [`write_shards`] wrote.
+#[derive(Debug, Clone)]
+pub struct ShardsWritten {
+    /// The shard files, in order.
+    pub shards: Vec<PathBuf>,
+    /// Samples written.
+    pub samples: u64,
+    /// Image bytes written (without tar headers and labels).
+    pub bytes: u64,
+}
+
+/// Writes `source` as tar shards in the WebDataset layout into `out_dir` (created if
+/// missing): `shard-000000.tar`, `shard-000001.tar`, … of `shard_size` samples each. Sample
+/// `i` of the source (in a seeded random order when `shuffle_seed` is given, which a shuffle
+/// buffer of a few shards then mixes well; in source order otherwise) becomes the members
+/// `KKKKKKKKK.jpg` (the original bytes, with the original extension) and `KKKKKKKKK.cls` (its
+/// label), where `KKKKKKKKK` is `i`, zero-padded: a key always leads back to the source's
+/// sample.
+///
+/// Each shard is written to `NAME.partial` and renamed when complete, so a shard file is
+/// never half-written. Existing shards are never overwritten: `out_dir` must not hold any
+/// `shard-*.tar` file.
+///
+/// ```
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// use imagefeed::{write_shards, Source};
+/// let source = Source::from_dir("testdata/classes")?;
+/// let out = tempfile::tempdir().unwrap();
+/// let written = write_shards(&source, out.path(), 4, Some(0))?;
+/// assert_eq!(written.samples as usize, source.len());
+/// let shards = Source::open(out.path())?;
+/// assert_eq!(shards.len(), source.len());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a `shard_size` of 0,
+/// [`ErrorKind::Source`](crate::ErrorKind::Source) if `out_dir` already holds shards, and the
+/// error naming the sample or shard file when a sample cannot be read or a shard written (the
+/// shard being written is removed; the complete ones stay).
+pub fn write_shards(
+    source: &Source,
+    out_dir: impl AsRef<Path>,
+    shard_size: usize,
+    shuffle_seed: Option<u64>,
+) -> Result<ShardsWritten, Error> {
+    let out_dir = out_dir.as_ref();
+    if shard_size == 0 {
+        return Err(Error::config("shard_size", "must be at least 1"));
+    }
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    for entry in std::fs::read_dir(out_dir).map_err(|e| Error::io(out_dir, e))? {
+        let entry = entry.map_err(|e| Error::io(out_dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = is_tar_name(&name)
+            || [".tar.partial", ".tar.idx", ".tar.idx.partial"]
+                .iter()
+                .any(|suffix| name.ends_with(suffix));
+        if name.starts_with("shard-") && ours {
+            return Err(Error::source(
+                out_dir,
+                format!("already holds shards (`{name}`); choose an empty folder"),
+            ));
+        }
+    }
+    let n = source.len();
+    let order: Vec<u32> = match shuffle_seed {
+        Some(seed) => crate::rng::permutation(
+            n as u32,
+            &mut crate::rng::Rng::for_stage(seed, 0, crate::rng::STAGE_PERMUTATION),
+        ),
+        None => (0..n as u32).collect(),
+    };
+    let limit = 256u64 << 20;
+    let mut written = ShardsWritten {
+        shards: Vec::new(),
+        samples: 0,
+        bytes: 0,
+    };
+    for (k, chunk) in order.chunks(shard_size).enumerate() {
+        let final_path = out_dir.join(format!("shard-{k:06}.tar"));
+        let partial = out_dir.join(format!("shard-{k:06}.tar.partial"));
+        let result = (|| -> Result<(u64, Vec<Found>), Error> {
+            let file = std::fs::File::create(&partial).map_err(|e| Error::io(&partial, e))?;
+            let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
+            let mut bytes = 0u64;
+            // Where each image's data lands: one 512-byte ustar header, then the data padded
+            // to 512 bytes (names are short: no extension headers).
+            let mut at = 0u64;
+            let mut found = Vec::with_capacity(chunk.len());
+            let block = |n: u64| n.div_ceil(512) * 512;
+            for &i in chunk {
+                let i = i as usize;
+                let data = source.read_sample(i, limit)?;
+                let ext = sample_extension(source, i, &data);
+                let key = format!("{i:09}");
+                let member = format!("{key}.{ext}");
+                append(&mut builder, &member, &data, &partial)?;
+                let label = source.index.label(i);
+                let text = label.to_string();
+                let image_at = at + 512;
+                at += 512 + block(data.len() as u64);
+                found.push(Found {
+                    member,
+                    offset: image_at,
+                    len: data.len() as u64,
+                    label: Some(label),
+                    label_at: Some((at + 512, text.len() as u64)),
+                });
+                append(
+                    &mut builder,
+                    &format!("{key}.cls"),
+                    text.as_bytes(),
+                    &partial,
+                )?;
+                at += 512 + block(text.len() as u64);
+                bytes += data.len() as u64;
+            }
+            let inner = builder.into_inner().map_err(|e| Error::io(&partial, e))?;
+            let file = inner
+                .into_inner()
+                .map_err(|e| Error::io(&partial, e.into_error()))?;
+            file.sync_all().map_err(|e| Error::io(&partial, e))?;
+            Ok((bytes, found))
+        })();
+        match result {
+            Ok((bytes, found)) => {
+                std::fs::rename(&partial, &final_path).map_err(|e| Error::io(&final_path, e))?;
+                write_sidecar(&final_path, &found)?;
+                written.samples += chunk.len() as u64;
+                written.bytes += bytes;
+                written.shards.push(final_path);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                return Err(e);
+            }
+        }
+    }
+    Ok(written)
+}
+
+fn append<W: std::io::Write>(
+    builder: &mut tar::Builder<W>,
+    name: &str,
+    data: &[u8],
+    shard: &Path,
+) -> Result<(), Error> {
+    let mut header = tar::Header::new_ustar();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder
+        .append_data(&mut header, name, data)
+        .map_err(|e| Error::io(shard, e))
+}
+
+/// The extension a sample's image member gets: the source file's (lower-cased) if it is an
+/// image extension, else from the bytes' signature.
+fn sample_extension(source: &Source, i: usize, data: &[u8]) -> &'static str {
+    let raw = String::from_utf8_lossy(source.index.raw_path(i)).to_ascii_lowercase();
+    for &ext in IMAGE_EXTENSIONS {
+        if raw.ends_with(&format!(".{ext}")) {
+            return ext;
+        }
+    }
+    if data.starts_with(b"\x89PNG") {
+        "png"
+    } else {
+        "jpg"
+    }
+}

@@ -1,0 +1,201 @@
+//! Sources in object storage (`s3://…`, `gs://…`, `az://…`, `http(s)://…`): what
+//! [`Source::from_url_with`](super::Source::from_url_with) opens at a URL, images, a file list
+//! or tar shards (with their sidecar indexes).
+
+use std::path::{Path, PathBuf};
+
+use super::shards::{assemble, index_shard, is_tar_name, parse_sidecar, sidecar_name, Head};
+use super::shards::{Shard, ShardLocation};
+use super::{Backing, FileIndex, Source};
+use crate::error::Error;
+
+/// Opens a source in object storage (see [`Source::from_url_with`]).
+#[cfg(feature = "remote")]
+pub(crate) fn open_remote(
+    url: &str,
+    options: crate::source::RemoteOptions,
+) -> Result<Source, Error> {
+    use std::sync::Arc;
+
+    use crate::source::remote::Store;
+    use crate::source::{join_key, ObjectIndex};
+
+    let (store, key) = Store::connect(url, options)?;
+    let store = Arc::new(store);
+    let shard = |key: String, size: u64, mtime: i64| Shard {
+        name: store.url_of(&key),
+        location: ShardLocation::Remote(key),
+        size,
+        mtime: mtime as u128,
+        first: 0,
+        count: 0,
+    };
+    let remote_shards = |shards: Vec<Shard>, base: String, sidecars: Vec<bool>| {
+        let sizes: Vec<(String, u64, String)> = shards
+            .iter()
+            .map(|s| match &s.location {
+                ShardLocation::Remote(k) => (k.clone(), s.size, s.name.clone()),
+                ShardLocation::Local(_) => (String::new(), 0, s.name.clone()),
+            })
+            .collect();
+        let st = store.clone();
+        assemble(
+            shards,
+            PathBuf::from(store.url_of(&base)),
+            PathBuf::from(url),
+            move |k| {
+                let (key, size, name) = &sizes[k];
+                if *size == 0 {
+                    return Err(Error::source(name, "empty object: not a tar shard"));
+                }
+                // A sidecar index written by `imagefeed shards`: a few kilobytes instead of
+                // the whole shard. One that does not match the shard is ignored.
+                if sidecars[k] {
+                    let idx = sidecar_name(key);
+                    match st
+                        .get(&idx, 64 << 20)
+                        .map_err(|e| e.to_string())
+                        .and_then(|d| parse_sidecar(&d, *size))
+                    {
+                        Ok(found) => return Ok(found),
+                        Err(why) => log::warn!(
+                            "{}: ignoring the index ({why}); reading the shard to index it",
+                            st.url_of(&idx)
+                        ),
+                    }
+                }
+                let reader = st.range_reader(key, 0, *size)?;
+                let mut archive = tar::Archive::new(std::io::BufReader::new(Head::new(reader)));
+                let entries = archive.entries().map_err(|e| Error::io(name, e))?;
+                index_shard(entries, name, *size)
+                    .map_err(|e| archive.into_inner().get_ref().explain(e, name))
+            },
+            Some(store.clone()),
+        )
+    };
+    if is_tar_name(&key) {
+        let (size, mtime) = store.head(&key)?;
+        let sidecar = store.head(&sidecar_name(&key)).is_ok();
+        return remote_shards(
+            vec![shard(key.clone(), size, mtime)],
+            parent_key(&key),
+            vec![sidecar],
+        );
+    }
+    if key.to_ascii_lowercase().ends_with(".txt") {
+        let parent = parent_key(&key);
+        let (list, base) = (Path::new(url), PathBuf::from(store.url_of(&parent)));
+        // Streamed and parsed a line at a time, as a local list is.
+        let (size, _) = store.head(&key)?;
+        let index = if size == 0 {
+            crate::source::list::parse_list(list, base, &[])?
+        } else {
+            let reader = store.range_reader(&key, 0, size)?;
+            let reader = std::io::BufReader::with_capacity(64 << 10, reader);
+            crate::source::list::parse_list_from(list, base, reader, size)?
+        };
+        let stamps = vec![(0, 0); index.len()];
+        return Ok(Source {
+            index,
+            backing: Backing::Objects(Arc::new(ObjectIndex {
+                store: store.clone(),
+                prefix: parent,
+                stamps,
+            })),
+        });
+    }
+    let listed = store.list(&key)?;
+    let tars: Vec<_> = listed.iter().filter(|o| is_tar_name(&o.key)).collect();
+    // Shards beside class "folders" of images, as for a local folder: reading either would
+    // drop the other's samples or labels without a word.
+    let class_image = listed.iter().find(|o| {
+        o.key.contains('/')
+            && crate::source::walk::has_image_extension(Path::new(&o.key))
+            && !o.key.split('/').any(|c| c.starts_with('.'))
+    });
+    if let (Some(tar), Some(image)) = (tars.first(), class_image) {
+        return Err(Error::source(
+            url,
+            format!(
+                "holds both tar shards ({}{}) and class folders of images ({}): move one kind to \
+                 another prefix",
+                tar.key,
+                if tars.len() > 1 { ", ..." } else { "" },
+                image.key
+            ),
+        ));
+    }
+    if !tars.is_empty() {
+        let keys: std::collections::HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+        let sidecars = tars
+            .iter()
+            .map(|o| keys.contains(sidecar_name(&o.key).as_str()))
+            .collect();
+        let shards = tars
+            .into_iter()
+            .map(|o| shard(join_key(&key, &o.key), o.size, o.mtime))
+            .collect();
+        return remote_shards(shards, key.clone(), sidecars);
+    }
+    // Images: class "folders" (first key component) when there are any.
+    let images: Vec<_> = listed
+        .iter()
+        .filter(|o| crate::source::walk::has_image_extension(Path::new(&o.key)))
+        .filter(|o| !o.key.split('/').any(|c| c.starts_with('.')))
+        .collect();
+    if images.is_empty() {
+        return Err(Error::source(
+            url,
+            format!(
+                "no .tar, .jpg, .jpeg or .png object under this prefix ({} objects listed)",
+                listed.len()
+            ),
+        ));
+    }
+    let in_classes = images.iter().filter(|o| o.key.contains('/')).count();
+    let mut classes: Vec<&str> = images
+        .iter()
+        .filter_map(|o| o.key.split_once('/').map(|(c, _)| c))
+        .collect();
+    classes.sort_unstable();
+    classes.dedup();
+    let mut index = FileIndex::with_origin(PathBuf::from(url), PathBuf::from(store.url_of(&key)));
+    let mut stamps = Vec::with_capacity(images.len());
+    if in_classes > 0 {
+        if in_classes < images.len() {
+            log::warn!(
+                "{url}: {} image(s) directly under the prefix are ignored: the others are in class folders",
+                images.len() - in_classes
+            );
+        }
+        for o in images.iter().filter(|o| o.key.contains('/')) {
+            let class = o.key.split('/').next().unwrap_or_default();
+            let label = classes.binary_search(&class).unwrap_or(0) as u32;
+            index.push(o.key.as_bytes(), label);
+            stamps.push((o.size, o.mtime));
+        }
+        index.class_names = Some(classes.iter().map(|c| c.to_string()).collect());
+    } else {
+        for o in &images {
+            index.push(o.key.as_bytes(), 0);
+            stamps.push((o.size, o.mtime));
+        }
+    }
+    crate::source::check_count(&index)?;
+    index.shrink();
+    Ok(Source {
+        index,
+        backing: Backing::Objects(Arc::new(ObjectIndex {
+            store,
+            prefix: key,
+            stamps,
+        })),
+    })
+}
+
+#[cfg(feature = "remote")]
+fn parent_key(key: &str) -> String {
+    key.rsplit_once('/')
+        .map(|(p, _)| p.to_string())
+        .unwrap_or_default()
+}
