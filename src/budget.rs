@@ -91,7 +91,7 @@ impl MemoryBudget {
                 .saturating_add(3)
                 .saturating_mul(batch)
                 .saturating_add(pinned_bytes(cfg)),
-            fetch_bytes: crate::fetch::byte_bound(source).unwrap_or(0),
+            fetch_bytes: crate::pipeline::fetch::byte_bound(source).unwrap_or(0),
         }
     }
 }

@@ -72,7 +72,6 @@ mod config;
 pub mod corpus;
 mod decode;
 mod error;
-mod fetch;
 pub mod floor;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -82,7 +81,6 @@ mod loader;
 mod pipeline;
 mod prefetch;
 pub mod procinfo;
-mod readahead;
 mod rng;
 mod shuffle;
 mod source;

@@ -30,9 +30,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
+use super::EpochShared;
 use crate::cache::EpochCache;
 use crate::error::Error;
-use crate::pipeline::EpochShared;
 
 /// Whether this platform has the hint (`posix_fadvise`); elsewhere no thread starts.
 pub(crate) const SUPPORTED: bool = cfg!(target_os = "linux");

@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+#[cfg(feature = "remote")]
+use super::window::TryClaim;
+use super::EpochShared;
 use crate::cache::EpochCache;
 use crate::error::Error;
-use crate::pipeline::EpochShared;
-#[cfg(feature = "remote")]
-use crate::pipeline::TryClaim;
 use crate::source::shards::{ShardCursor, TarIndex};
 use crate::source::Backing;
 

@@ -1,0 +1,188 @@
+//! The decode threads' loop: claim the next plan position from the window (or take the fetch
+//! stage's bytes for it), load its sample (a file, fetched bytes or a cache record), decode, resize and orient it into a `u8` buffer,
+//! and hand it to the batcher; a panic while loading becomes an error naming the sample.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Receiver;
+
+use super::fetch::{ByteBudget, Fetched};
+use super::handoff::HandoffSender;
+use super::{EpochShared, Loaded};
+use crate::cache::{Cache, CachedSample, EpochCache};
+use crate::config::CachePolicy;
+use crate::decode::Decoder;
+use crate::error::{DecodeFailure, Error};
+use crate::stats::add;
+
+/// Where a decode thread gets its work: claims from the window (local files), or fetched
+/// bytes from the fetch thread (with the byte budget to release).
+pub(super) type FromFetch = Option<(Receiver<Fetched>, Arc<ByteBudget>)>;
+
+/// Decode thread number `thread`: loads samples until the plan is done (waiting while
+/// autotune has it inactive).
+pub(super) fn decode_loop(
+    shared: &EpochShared,
+    tx: &HandoffSender,
+    from_fetch: FromFetch,
+    thread: usize,
+) {
+    let cfg = &shared.cfg;
+    let geom = cfg.geometry();
+    // A decoder (with its grown buffers) from an earlier epoch, so later epochs allocate nothing.
+    let mut decoder = shared
+        .decoders
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop()
+        .unwrap_or_else(|| Decoder::new(cfg.decode_settings()));
+    let mut path = PathBuf::new();
+    let sample_len = geom.sample_len();
+    loop {
+        let waited = Instant::now();
+        let (seq, index, mut fetched, held) = match &from_fetch {
+            None => match shared.window.claim_as(thread) {
+                Some(seq) => (seq, shared.plan[seq], None, 0),
+                None => break,
+            },
+            Some(_) if !shared.window.wait_active(thread) => break,
+            Some((rx, _)) => match rx.recv() {
+                Ok(f) => (f.seq, f.index, f.bytes, f.held),
+                Err(_) => break, // the fetcher finished or stopped
+            },
+        };
+        add(&shared.stats.decode_wait_ns, waited.elapsed());
+        let mut buf = shared
+            .samples
+            .1
+            .try_recv()
+            .unwrap_or_else(|_| vec![0u8; sample_len]);
+        let busy = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            shared.source.index.path_into(index as usize, &mut path);
+            if shared.cfg.panic_on_index == Some(u64::from(index)) {
+                panic!("injected panic (inject_panic_at_index)");
+            }
+            let mut load_from = |input| load(shared, &mut decoder, &path, index, input, &mut buf);
+            match fetched.take() {
+                None if from_fetch.is_none() => load_from(Input::File),
+                None => load_from(Input::CacheOnly),
+                Some(Ok(bytes)) => load_from(Input::Bytes(&bytes)),
+                Some(Err(e)) => Err(e),
+            }
+        }));
+        if let Some((_, budget)) = &from_fetch {
+            budget.release(held);
+        }
+        add(&shared.stats.decode_busy_ns, busy.elapsed());
+        let times = decoder.take_times();
+        add(&shared.stats.read_ns, times.read);
+        add(&shared.stats.decode_ns, times.decode);
+        add(&shared.stats.resize_ns, times.resize);
+        let result = match outcome {
+            Ok(Ok(())) => Ok(buf),
+            Ok(Err(e)) => Err(e),
+            Err(payload) => {
+                // The decoder's buffers may be mid-update: start afresh.
+                decoder = Decoder::new(cfg.decode_settings());
+                Err(Error::worker_panicked(
+                    "decode",
+                    Some(shared.source.index.path(index as usize)),
+                    &*payload,
+                ))
+            }
+        };
+        if !tx.put(Loaded { seq, index, result }) {
+            break; // the batcher stopped: shut down
+        }
+    }
+    shared
+        .decoders
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(decoder);
+}
+
+/// Where a sample's encoded bytes are.
+pub(super) enum Input<'a> {
+    /// In the local file at the sample's path.
+    File,
+    /// Fetched.
+    Bytes(&'a [u8]),
+    /// Not fetched: the epoch reads a complete cache (read the bytes if the record fails and
+    /// the cache is rebuilt).
+    CacheOnly,
+}
+
+/// Loads one sample into `buf`: from a complete cache, or by decoding (and then recording it
+/// in a cache being written).
+pub(super) fn load(
+    shared: &EpochShared,
+    decoder: &mut Decoder,
+    path: &std::path::Path,
+    index: u32,
+    input: Input<'_>,
+    buf: &mut [u8],
+) -> Result<(), Error> {
+    let stats = &shared.stats;
+    if let (EpochCache::Read(map), Some(cache)) = (&shared.cache_mode, &shared.cache) {
+        let expected = shared.source.index.label(index as usize);
+        let read = Cache::read(map, index, buf).and_then(|sample| match sample {
+            CachedSample::Pixels { label } | CachedSample::Failed { label, .. }
+                if label != expected =>
+            {
+                Err(format!(
+                    "record {index} has label {label}, the source says {expected}"
+                ))
+            }
+            other => Ok(other),
+        });
+        match read {
+            Ok(CachedSample::Pixels { .. }) => {
+                stats
+                    .cache_hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(());
+            }
+            Ok(CachedSample::Failed { message, .. }) => {
+                stats
+                    .cache_hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Err(Error::decode(path, DecodeFailure(message)));
+            }
+            Err(why) => match cache.policy() {
+                CachePolicy::Rebuild => cache.invalidate(&why),
+                _ => {
+                    return Err(Error::corrupt_cache(
+                        cache.path(),
+                        format!("{why} (sample {})", path.display()),
+                    ))
+                }
+            },
+        }
+    }
+    let geom = shared.cfg.geometry();
+    let result = match input {
+        Input::File => decoder.load_file(path, &geom, &shared.gate, buf),
+        Input::Bytes(bytes) => decoder.load_bytes(bytes, path, &geom, &shared.gate, buf),
+        Input::CacheOnly => shared
+            .source
+            .read_sample(
+                index as usize,
+                shared.cfg.decode_settings().max_file_bytes(),
+            )
+            .and_then(|bytes| decoder.load_bytes(&bytes, path, &geom, &shared.gate, buf)),
+    };
+    if let EpochCache::Write(writer) = &shared.cache_mode {
+        let label = shared.source.index.label(index as usize);
+        match &result {
+            Ok(()) => writer.put_pixels(index, label, buf),
+            Err(e) if e.is_data_error() => writer.put_failure(index, label, &e.reason()),
+            Err(_) => {}
+        }
+    }
+    result
+}

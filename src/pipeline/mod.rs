@@ -1,0 +1,341 @@
+//! The wiring: threads, channels, their capacities, the memory bound they imply, and the
+//! shutdown order. No other module knows the topology.
+//!
+//! ```text
+//!  plan (seeded permutation of indices)
+//!     │ claimed in order, at most `window` ahead of the batcher
+//!     ▼
+//!  decode ×T ──(seq, idx, u8 sample)──▶ batcher ──Batch──▶ prefetch queue ──▶ consumer
+//!  threads      bounded(window)          thread    bounded(prefetch)          (Batches::next)
+//!     ▲                                    │ reorder ring → shuffle buffer → Batcher
+//!     └──────── sample buffers ◀───────────┘          batch buffers ◀── Batch::drop
+//!               bounded(window + shuffle + 2)         bounded(1)
+//! ```
+//!
+//! This file starts the threads and joins them; each runs a loop in a file of its own, and
+//! they meet at the [`Window`] (`window.rs`), which hands out the positions of the epoch's plan
+//! (`plan.rs`) in order, and at the hand-off ring (`handoff.rs`) between the decode threads
+//! and the batcher. One sample's path: `plan.rs` gives its index a position; `readahead.rs`
+//! hints its file to the kernel, or `fetch.rs` reads its bytes (tar shards, object storage);
+//! `decode_loop.rs` claims the position (or takes the fetched bytes) and loads it
+//! (`crate::decode` and `crate::transform`, or a record of `crate::cache`); `handoff.rs` carries it to `batch_loop.rs`, which restores
+//! plan order and passes it through the shuffle buffer (`crate::shuffle`) to the batcher
+//! (`crate::batch`); `crate::prefetch` stages the batch and the consumer receives it.
+//!
+//! - **Readahead** (`imagefeed-readahead`, `readahead.rs`; the loader's, kept between epochs)
+//!   walks the plan up to `readahead` positions past the next claim and asks the kernel to
+//!   read those samples' local files, or their records in a complete cache the epoch reads, so
+//!   that decode threads do not wait on the disk; it waits on the window like the decoders,
+//!   and a cancelled or finished epoch ends its part.
+//! - **Fetch** (`imagefeed-fetch`, `fetch.rs`; tar shards and object storage only) claims
+//!   positions in order and reads their bytes (a shard as one stream, objects with bounded
+//!   concurrency), within a byte budget, for the decode threads.
+//! - **Decode threads** (`imagefeed-decode-N`, owned by the loader, one set per epoch) claim
+//!   the next position of the epoch's plan from the [`Window`], which lets them run at most
+//!   `window` positions ahead of the batcher. They read, decode, resize and orient into a `u8`
+//!   sample buffer and send it, tagged with its position, to the batcher. A panic while loading
+//!   a sample is caught and becomes an error naming the sample.
+//! - **The batcher** (`imagefeed-batch`) puts samples back in plan order through a ring of
+//!   `window` slots, so the output never depends on thread timing; applies the error policy;
+//!   passes samples through the seeded shuffle buffer; and writes each, normalized once, into
+//!   a batch buffer. Full batches go to the prefetch queue.
+//! - **Device staging** ([`Staging`], `prefetch/`): for a GPU loader the batch buffer is a slot
+//!   of the device ring (`prefetch + 2` slots): the batcher waits for a free slot (polling the
+//!   window's cancel flag, so a drop never hangs), copies the `u8` samples into its pinned
+//!   buffer, and queues the copy to the GPU before sending the batch. The `Batch` returns the
+//!   slot when dropped. `prefetch/mod.rs` has the two fences that guard reuse.
+//! - **Memory**: `window + shuffle_buffer + 2` samples (the shuffle buffer holds samples only
+//!   for tar shards; for random-access sources it reorders the plan's indices), `prefetch + 3` batches (queue, one being
+//!   filled, one spare, one held by the consumer), per-thread decode buffers and one large
+//!   image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them up.
+//! - **Shutdown**: dropping [`Batches`](crate::Batches) cancels the window (waking waiting
+//!   decoders) and drops the prefetch receiver (failing the batcher's send); decoders see the
+//!   cancel or a closed channel and return; then every thread is joined. A closed channel means
+//!   shut down, never an error.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::batch::Batch;
+use crate::cache::{Cache, EpochCache};
+use crate::config::Config;
+use crate::decode::{Decoder, LargeGate};
+use crate::error::Error;
+use crate::prefetch::{BatchParts, Staging};
+use crate::rng::Rng;
+use crate::source::{Backing, Source};
+use crate::stats::StatsCell;
+
+mod batch_loop;
+mod decode_loop;
+pub(crate) mod fetch;
+mod handoff;
+mod plan;
+mod readahead;
+mod window;
+
+use batch_loop::batch_loop;
+use decode_loop::decode_loop;
+use fetch::{fetch_loop, ByteBudget, Fetched};
+use handoff::handoff;
+pub(crate) use plan::plan_len;
+use plan::{plan, replay_buffer};
+pub(crate) use window::Window;
+
+/// What one epoch's threads share.
+pub(crate) struct EpochShared {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) source: Arc<Source>,
+    pub(crate) stats: Arc<StatsCell>,
+    pub(crate) gate: Arc<LargeGate>,
+    pub(crate) epoch: u64,
+    /// Threads that write normalized samples into batch buffers in parallel.
+    normalize_pool: Option<Arc<rayon::ThreadPool>>,
+    /// Where full batches go: host memory or a device's slot ring.
+    staging: Staging,
+    /// Plan positions already delivered before this run (resumption); with a sample shuffle
+    /// buffer, its outputs already delivered.
+    offset: usize,
+    /// With a sample shuffle buffer, on resumption: the buffer's generator as it was at the cut
+    /// (the plan then starts with the `refill` samples it held).
+    buffer_rng: Mutex<Option<Rng>>,
+    cache: Option<Arc<Cache>>,
+    pub(crate) cache_mode: EpochCache,
+    pub(crate) plan: Vec<u32>,
+    pub(crate) window: Arc<Window>,
+    samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    batch_pool: (Sender<BatchParts>, Receiver<BatchParts>),
+    decoders: Arc<Mutex<Vec<Decoder>>>,
+}
+
+/// Buffers recycled across all epochs of a loader: `u8` sample buffers and batch buffers.
+/// Keeping them in the loader (instead of one set per epoch) means later epochs allocate
+/// nothing, and the process's memory stays flat over many epochs.
+#[derive(Debug, Clone)]
+pub(crate) struct Pools {
+    samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    batches: (Sender<BatchParts>, Receiver<BatchParts>),
+    /// Per-thread decoders (buffers, libjpeg-turbo handles) between epochs.
+    decoders: Arc<Mutex<Vec<Decoder>>>,
+    /// The readahead thread, kept between epochs.
+    readahead: Arc<readahead::Worker>,
+}
+
+impl Pools {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        Pools {
+            // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
+            samples: bounded(
+                cfg.reorder_window() + cfg.sample_shuffle_buffer() + cfg.batch_size + 2,
+            ),
+            // Room for every batch in circulation (queue, consumer, batcher), so a returned
+            // batch is never freed and a new one never allocated in steady state.
+            batches: bounded(cfg.max_prefetch() + 2),
+            decoders: Arc::new(Mutex::new(Vec::new())),
+            readahead: Arc::new(readahead::Worker::default()),
+        }
+    }
+}
+
+/// A loaded sample (or its error), tagged with its plan position.
+struct Loaded {
+    seq: usize,
+    index: u32,
+    result: Result<Vec<u8>, Error>,
+}
+
+/// The running threads of one epoch, handed to [`Batches`](crate::Batches).
+pub(crate) struct Running {
+    pub(crate) rx: Receiver<Result<Batch, Error>>,
+    pub(crate) handles: Vec<(&'static str, JoinHandle<()>)>,
+    /// The epoch's readahead, if it has one: ends once the window is cancelled or done.
+    pub(crate) hints: Option<readahead::Started>,
+    pub(crate) window: Arc<Window>,
+}
+
+/// Starts the threads of one epoch.
+#[allow(clippy::too_many_arguments)] // the loader's parts, each shared with the epoch's threads
+pub(crate) fn start(
+    cfg: Arc<Config>,
+    source: Arc<Source>,
+    stats: Arc<StatsCell>,
+    gate: Arc<LargeGate>,
+    cache: Option<Arc<Cache>>,
+    normalize_pool: Option<Arc<rayon::ThreadPool>>,
+    staging: Staging,
+    pools: &Pools,
+    knobs: crate::tune::Knobs,
+    epoch: u64,
+    start_at: usize,
+) -> Result<Running, Error> {
+    let threads = knobs.threads;
+    let window_size = cfg.reorder_window();
+    let cache_mode = match &cache {
+        Some(c) => c.begin_epoch()?,
+        None => EpochCache::Off,
+    };
+    let mut plan = plan(&cfg, &source, epoch);
+    let mut buffer_rng = None;
+    if cfg.sample_shuffle_buffer() > 0 && start_at > 0 {
+        // The buffer's contents are not in the state: replay it over the plan's indices to
+        // find what it held at the cut, and load those samples again first.
+        let (pushed, held, rng) = replay_buffer(&cfg, &plan, epoch, start_at)?;
+        let mut rest = held;
+        rest.extend_from_slice(&plan[pushed..]);
+        plan = rest;
+        buffer_rng = Some(rng);
+    } else {
+        if start_at > plan.len() {
+            return Err(Error::config(
+                "resume",
+                format!(
+                    "position {start_at} is past the epoch's {} samples",
+                    plan.len()
+                ),
+            ));
+        }
+        plan.drain(..start_at);
+    }
+    // With autotune every thread the loader may use starts, and the window says how many
+    // work; the prefetch queue has room for the deepest setting, and the window says how
+    // much of it to use.
+    let (spawned_threads, queue) = if cfg.autotune {
+        (
+            cfg.max_threads().max(threads),
+            cfg.max_prefetch().max(knobs.prefetch),
+        )
+    } else {
+        (threads, knobs.prefetch)
+    };
+    // Local files, or the records of a complete cache the epoch reads (whatever the source),
+    // are hinted to the kernel ahead of the decode threads where the platform has such hints.
+    // Tar shards and objects are read ahead by the fetch stage.
+    let readahead = match (&source.backing, &cache_mode) {
+        (_, EpochCache::Read(_)) | (Backing::Files, _) if readahead::SUPPORTED => cfg.readahead,
+        _ => 0,
+    };
+    let window = Arc::new(Window::new(
+        window_size,
+        plan.len(),
+        threads,
+        knobs.prefetch,
+        readahead,
+    ));
+    let mode_code = match cache_mode {
+        EpochCache::Off => 0,
+        EpochCache::Read(_) => 1,
+        EpochCache::Write(_) => 2,
+    };
+    stats.reset(epoch, threads, knobs.prefetch, mode_code);
+    let cache_bytes = cache.as_ref().and_then(|c| c.size_on_disk());
+    stats.cache_bytes_plus_one.store(
+        cache_bytes.map_or(0, |b| b + 1),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let shared = Arc::new(EpochShared {
+        // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
+        samples: pools.samples.clone(),
+        batch_pool: pools.batches.clone(),
+        decoders: pools.decoders.clone(),
+        cfg: cfg.clone(),
+        source,
+        stats,
+        gate,
+        epoch,
+        normalize_pool,
+        staging,
+        offset: start_at,
+        buffer_rng: Mutex::new(buffer_rng),
+        cache,
+        cache_mode,
+        plan,
+        window: window.clone(),
+    });
+    // The window bounds what is in flight, so the ring never overflows.
+    let (loaded_tx, loaded_rx) = handoff(window_size, shared.plan.len(), cfg.batch_size);
+    // The prefetch queue: ready batches ahead of the consumer.
+    let (batch_tx, batch_rx) = bounded(queue);
+    let mut handles = Vec::with_capacity(spawned_threads + 2);
+    let mut hints = None;
+    // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
+    let fetch = fetch::byte_bound(&shared.source).map(|bound| {
+        let (tx, rx) = bounded::<Fetched>(window_size);
+        (tx, rx, Arc::new(ByteBudget::new(bound)))
+    });
+    let spawn_all = || -> Result<(), Error> {
+        if let Some((fetch_tx, _, budget)) = &fetch {
+            let (shared, tx, budget) = (shared.clone(), fetch_tx.clone(), budget.clone());
+            let h = std::thread::Builder::new()
+                .name("imagefeed-fetch".into())
+                .spawn(move || fetch_loop(&shared, &tx, &budget))
+                .map_err(Error::spawn)?;
+            handles.push(("fetch", h));
+        }
+        if readahead > 0 {
+            hints = Some(pools.readahead.start(&shared, readahead)?);
+        }
+        for t in 0..spawned_threads {
+            let shared = shared.clone();
+            let tx = loaded_tx.clone();
+            let from_fetch = fetch.as_ref().map(|(_, rx, b)| (rx.clone(), b.clone()));
+            let h = std::thread::Builder::new()
+                .name(format!("imagefeed-decode-{t}"))
+                .spawn(move || decode_loop(&shared, &tx, from_fetch, t))
+                .map_err(Error::spawn)?;
+            handles.push(("decode", h));
+        }
+        let shared = shared.clone();
+        let h = std::thread::Builder::new()
+            .name("imagefeed-batch".into())
+            .spawn(move || batch_loop(&shared, &loaded_rx, &batch_tx))
+            .map_err(Error::spawn)?;
+        handles.push(("batch", h));
+        Ok(())
+    };
+    let spawned = spawn_all();
+    drop(loaded_tx);
+    drop(fetch);
+    if let Err(e) = spawned {
+        window.cancel();
+        for (_, h) in handles {
+            let _ = h.join();
+        }
+        if let Some(hints) = hints {
+            let _ = hints.wait();
+        }
+        return Err(e);
+    }
+    Ok(Running {
+        rx: batch_rx,
+        handles,
+        hints,
+        window,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// Many threads claiming through a small window, with the releaser lagging: every position
+    /// is claimed exactly once, in order, never more than `size` ahead, and every thread ends.
+    /// Runs `f` on its own thread and fails if it takes more than 60 s (a lost wake-up leaves
+    /// a decode thread waiting forever: the test must fail, not hang).
+    pub(super) fn within_a_minute(f: impl FnOnce() + Send + 'static) {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let runner = std::thread::spawn(move || {
+            f();
+            let _ = done_tx.send(());
+        });
+        match done_rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(()) => runner.join().unwrap(),
+            // The runner panicked (an assertion): report its panic.
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                std::panic::resume_unwind(runner.join().unwrap_err())
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                panic!("hung: a thread waiting at the window was never woken")
+            }
+        }
+    }
+}
