@@ -202,8 +202,8 @@ impl BenchResizer {
             mode: ResizeMode::Stretch,
             filter,
         };
-        let decoded = crate::decode::Decoded {
-            pixels: crate::decode::Pixels::Rgb(rgb),
+        let decoded = crate::transform::Decoded {
+            pixels: crate::transform::Pixels::Rgb(rgb),
             width,
             height,
             orientation: 1,

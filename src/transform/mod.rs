@@ -8,8 +8,6 @@ pub(crate) mod simd;
 
 use half::{bf16, f16};
 
-use crate::decode::{Decoded, Pixels, Planes};
-
 /// How an image is fitted to the output size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -693,6 +691,40 @@ impl BatchStorage {
             BatchStorage::U8(v) => v,
         }
     }
+}
+
+/// A decoded image before resizing, borrowed from the decoder's buffer.
+#[derive(Debug)]
+pub(crate) struct Decoded<'a> {
+    pub(crate) pixels: Pixels<'a>,
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    /// EXIF orientation still to apply (1 = none).
+    pub(crate) orientation: u8,
+}
+
+/// The pixels of a [`Decoded`] image.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pixels<'a> {
+    /// RGB8, rows packed.
+    Rgb(&'a [u8]),
+    /// A JPEG's components as decoded, before upsampling and colour conversion (which the
+    /// resize does after resizing, on the output's pixels).
+    Planes(Planes<'a>),
+}
+
+/// The planes of a JPEG decoded without colour conversion: Y (grey), or Y, Cb and Cr.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Planes<'a> {
+    /// 1 (grey) or 3 (YCbCr).
+    pub(crate) count: usize,
+    pub(crate) data: [&'a [u8]; 3],
+    /// Bytes a row.
+    pub(crate) stride: [usize; 3],
+    /// Samples of image data across and down (the rows may be padded past them).
+    pub(crate) size: [(usize, usize); 3],
+    /// Samples per image pixel across and down: 1 for Y, 1/2 for 4:2:0 chroma.
+    pub(crate) ratio: [(f64, f64); 3],
 }
 
 #[cfg(test)]
