@@ -29,6 +29,11 @@
 //! - **Space**: before writing, the free space of the cache's file system is checked against
 //!   the final size (`count × (76,800 + 24)` bytes at 160×160 plus 4 kB).
 //!
+//! The policy lives here: [`Cache::begin_epoch`] chooses how each epoch uses the cache (read
+//! a complete one, write a new one, or neither), [`Cache::lookup`] answers a decode thread
+//! for one sample (hit, recorded failure, or a corrupt record: fail or rebuild), and
+//! [`EpochCache::record`] writes a decoded sample. The pipeline only calls them.
+//!
 //! [`ErrorKind::CorruptCache`]: crate::ErrorKind::CorruptCache
 
 pub(crate) mod format;
@@ -41,8 +46,9 @@ use std::sync::{Arc, Mutex};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::config::{CachePolicy, Config};
-use crate::error::Error;
+use crate::error::{DecodeFailure, Error};
 use crate::source::Source;
+use crate::stats::StatsCell;
 use format::{CacheMap, Header, Record, FOOTER_LEN, HEADER_LEN, RECORD_HEADER_LEN};
 
 /// The cache of one loader.
@@ -65,6 +71,20 @@ pub(crate) enum EpochCache {
     Off,
     Read(Arc<CacheMap>),
     Write(Arc<Writer>),
+}
+
+impl EpochCache {
+    /// Records a decoded sample (its pixels in `buf`, or its data error) in a cache this epoch
+    /// writes; nothing otherwise.
+    pub(crate) fn record(&self, index: u32, label: u32, buf: &[u8], result: &Result<(), Error>) {
+        if let EpochCache::Write(writer) = self {
+            match result {
+                Ok(()) => writer.put_pixels(index, label, buf),
+                Err(e) if e.is_data_error() => writer.put_failure(index, label, &e.reason()),
+                Err(_) => {}
+            }
+        }
+    }
 }
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
@@ -379,7 +399,7 @@ impl Cache {
     }
 
     /// Drops a cache found corrupt (policy `Rebuild`): later epochs rebuild it.
-    pub(crate) fn invalidate(&self, why: &str) {
+    fn invalidate(&self, why: &str) {
         let mut state = self.lock_state();
         if state.take().is_some() {
             log::warn!(
@@ -390,7 +410,7 @@ impl Cache {
         }
     }
 
-    pub(crate) fn policy(&self) -> CachePolicy {
+    fn policy(&self) -> CachePolicy {
         self.policy
     }
 
@@ -403,8 +423,58 @@ impl Cache {
         self.lock_state().as_ref().map(|m| m.len_bytes())
     }
 
+    /// The cache's answer for sample `index` (whose label the source says is `expected`) in an
+    /// epoch that reads it (`mode`): `Some` with the pixels written into `buf` (a hit), with
+    /// the failure recorded for the sample, or, for a corrupt record under
+    /// [`CachePolicy::Fail`], an error naming the cache file. `None` when the sample must be
+    /// decoded: the epoch does not read the cache, or the record was corrupt under
+    /// [`CachePolicy::Rebuild`], which drops the cache so that a later epoch rebuilds it.
+    pub(crate) fn lookup(
+        &self,
+        mode: &EpochCache,
+        index: u32,
+        expected: u32,
+        path: &Path,
+        buf: &mut [u8],
+        stats: &StatsCell,
+    ) -> Option<Result<(), Error>> {
+        let EpochCache::Read(map) = mode else {
+            return None;
+        };
+        let read = Cache::read(map, index, buf).and_then(|sample| match sample {
+            CachedSample::Pixels { label } | CachedSample::Failed { label, .. }
+                if label != expected =>
+            {
+                Err(format!(
+                    "record {index} has label {label}, the source says {expected}"
+                ))
+            }
+            other => Ok(other),
+        });
+        match read {
+            Ok(CachedSample::Pixels { .. }) => {
+                stats.cache_hits.fetch_add(1, Relaxed);
+                Some(Ok(()))
+            }
+            Ok(CachedSample::Failed { message, .. }) => {
+                stats.cache_hits.fetch_add(1, Relaxed);
+                Some(Err(Error::decode(path, DecodeFailure(message))))
+            }
+            Err(why) => match self.policy() {
+                CachePolicy::Rebuild => {
+                    self.invalidate(&why);
+                    None
+                }
+                _ => Some(Err(Error::corrupt_cache(
+                    self.path(),
+                    format!("{why} (sample {})", path.display()),
+                ))),
+            },
+        }
+    }
+
     /// Reads sample `index` from a complete cache into `out`.
-    pub(crate) fn read(map: &CacheMap, index: u32, out: &mut [u8]) -> Result<CachedSample, String> {
+    fn read(map: &CacheMap, index: u32, out: &mut [u8]) -> Result<CachedSample, String> {
         let bytes = map
             .record(u64::from(index))
             .ok_or_else(|| format!("record {index} is out of range"))?;
@@ -423,7 +493,7 @@ impl Cache {
 
 /// A sample as the cache recorded it.
 #[derive(Debug)]
-pub(crate) enum CachedSample {
+enum CachedSample {
     Pixels { label: u32 },
     Failed { label: u32, message: String },
 }

@@ -12,10 +12,8 @@ use crossbeam_channel::Receiver;
 use super::fetch::{ByteBudget, Fetched};
 use super::handoff::HandoffSender;
 use super::{EpochShared, Loaded};
-use crate::cache::{Cache, CachedSample, EpochCache};
-use crate::config::CachePolicy;
 use crate::decode::Decoder;
-use crate::error::{DecodeFailure, Error};
+use crate::error::Error;
 use crate::stats::add;
 
 /// Where a decode thread gets its work: claims from the window (local files), or fetched
@@ -117,8 +115,8 @@ pub(super) enum Input<'a> {
     CacheOnly,
 }
 
-/// Loads one sample into `buf`: from a complete cache, or by decoding (and then recording it
-/// in a cache being written).
+/// Loads one sample into `buf`: from a complete cache (`Cache::lookup`), or by decoding (and
+/// then recording it in a cache being written).
 pub(super) fn load(
     shared: &EpochShared,
     decoder: &mut Decoder,
@@ -127,41 +125,17 @@ pub(super) fn load(
     input: Input<'_>,
     buf: &mut [u8],
 ) -> Result<(), Error> {
-    let stats = &shared.stats;
-    if let (EpochCache::Read(map), Some(cache)) = (&shared.cache_mode, &shared.cache) {
+    if let Some(cache) = &shared.cache {
         let expected = shared.source.index.label(index as usize);
-        let read = Cache::read(map, index, buf).and_then(|sample| match sample {
-            CachedSample::Pixels { label } | CachedSample::Failed { label, .. }
-                if label != expected =>
-            {
-                Err(format!(
-                    "record {index} has label {label}, the source says {expected}"
-                ))
-            }
-            other => Ok(other),
-        });
-        match read {
-            Ok(CachedSample::Pixels { .. }) => {
-                stats
-                    .cache_hits
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Ok(());
-            }
-            Ok(CachedSample::Failed { message, .. }) => {
-                stats
-                    .cache_hits
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Err(Error::decode(path, DecodeFailure(message)));
-            }
-            Err(why) => match cache.policy() {
-                CachePolicy::Rebuild => cache.invalidate(&why),
-                _ => {
-                    return Err(Error::corrupt_cache(
-                        cache.path(),
-                        format!("{why} (sample {})", path.display()),
-                    ))
-                }
-            },
+        if let Some(found) = cache.lookup(
+            &shared.cache_mode,
+            index,
+            expected,
+            path,
+            buf,
+            &shared.stats,
+        ) {
+            return found;
         }
     }
     let geom = shared.cfg.geometry();
@@ -176,13 +150,7 @@ pub(super) fn load(
             )
             .and_then(|bytes| decoder.load_bytes(&bytes, path, &geom, &shared.gate, buf)),
     };
-    if let EpochCache::Write(writer) = &shared.cache_mode {
-        let label = shared.source.index.label(index as usize);
-        match &result {
-            Ok(()) => writer.put_pixels(index, label, buf),
-            Err(e) if e.is_data_error() => writer.put_failure(index, label, &e.reason()),
-            Err(_) => {}
-        }
-    }
+    let label = shared.source.index.label(index as usize);
+    shared.cache_mode.record(index, label, buf, &result);
     result
 }
