@@ -6,12 +6,32 @@
 //! runs and does not grow with the dataset.
 //!
 //! ```text
-//! Source -> decode (own threads) -> transform -> shuffle buffer -> batcher -> prefetch -> Batches
-//!  paths     JPEG/PNG -> RGB8        160x160 u8   seeded, bounded   u8 -> dtype  queue of
-//! (seeded    (DCT-scaled where                    holds u8 only     written once ready batches
-//!  permutation it still covers                                      into the batch
-//!  per epoch)  the target size)                                     buffer
+//!  Source         a file list, class folders, tar shards or a URL: indices and labels (source/)
+//!    │ plan       a seeded order of the indices each epoch, this rank's share (pipeline/plan.rs)
+//!    ▼
+//!  readahead      asks the kernel for the next files ahead of the decoders (local files, cache)
+//!  fetch          reads the bytes of tar shards and objects as streams, within a byte budget
+//!    │                                             (pipeline/readahead.rs, pipeline/fetch.rs)
+//!    ▼
+//!  decode ×N      JPEG/PNG -> RGB8, DCT-scaled where it still covers the target (decode/),
+//!  + transform    resized to 160x160 u8 and oriented (transform/)   (pipeline/decode_loop.rs)
+//!    │ ◀─▶ cache  on disk: the first epoch writes every u8 sample, later epochs read them
+//!    │            instead of decoding (cache/)
+//!    ▼
+//!  hand-off       a ring that restores plan order, whatever the threads' timing
+//!    ▼                                                               (pipeline/handoff.rs)
+//!  shuffle buffer seeded and bounded, holds u8 only (shuffle.rs)
+//!  batcher        u8 -> dtype and layout, written once into the batch buffer (batch.rs)
+//!    │                                                            (pipeline/batch_loop.rs)
+//!    ▼
+//!  prefetch       a queue of ready batches; with `cuda`, pinned slots copied to the GPU
+//!    ▼                                                                        (prefetch/)
+//!  Batches        the epoch's iterator of `Batch`es (loader.rs)
 //! ```
+//!
+//! [`Loader::epoch`] starts the threads (`pipeline/mod.rs` wires them: threads, channels,
+//! capacities, shutdown order); the settings every stage reads are in `config.rs`, the
+//! builder that fills them in `builder.rs`, and the memory they imply in `budget.rs`.
 //!
 //! ```
 //! # fn main() -> Result<(), imagefeed::Error> {

@@ -137,7 +137,7 @@ pub(crate) struct DecodeSettings {
     /// way. Off: RGB from libjpeg-turbo (the decode floor, the PSNR reference).
     pub(crate) planes: bool,
     /// Deliver JPEGs whose entropy-coded data libjpeg-turbo reports as damaged but decodes to
-    /// the end ([`TurboWarning::Data`]); truncated files stay errors.
+    /// the end (`TurboWarning::Data` in jpeg.rs); truncated files stay errors.
     pub(crate) accept_jpeg_warnings: bool,
 }
 

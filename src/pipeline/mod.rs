@@ -18,9 +18,10 @@
 //! and the batcher. One sample's path: `plan.rs` gives its index a position; `readahead.rs`
 //! hints its file to the kernel, or `fetch.rs` reads its bytes (tar shards, object storage);
 //! `decode_loop.rs` claims the position (or takes the fetched bytes) and loads it
-//! (`crate::decode` and `crate::transform`, or a record of `crate::cache`); `handoff.rs` carries it to `batch_loop.rs`, which restores
-//! plan order and passes it through the shuffle buffer (`crate::shuffle`) to the batcher
-//! (`crate::batch`); `crate::prefetch` stages the batch and the consumer receives it.
+//! (`crate::decode` and `crate::transform`, or a record of `crate::cache`); `handoff.rs`
+//! carries it to `batch_loop.rs`, which restores plan order and passes it through the shuffle
+//! buffer (`crate::shuffle`) to the batcher (`crate::batch`); `crate::prefetch` stages the
+//! batch and the consumer receives it.
 //!
 //! - **Readahead** (`imagefeed-readahead`, `readahead.rs`; the loader's, kept between epochs)
 //!   walks the plan up to `readahead` positions past the next claim and asks the kernel to
@@ -45,9 +46,10 @@
 //!   buffer, and queues the copy to the GPU before sending the batch. The `Batch` returns the
 //!   slot when dropped. `prefetch/mod.rs` has the two fences that guard reuse.
 //! - **Memory**: `window + shuffle_buffer + 2` samples (the shuffle buffer holds samples only
-//!   for tar shards; for random-access sources it reorders the plan's indices), `prefetch + 3` batches (queue, one being
-//!   filled, one spare, one held by the consumer), per-thread decode buffers and one large
-//!   image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them up.
+//!   for tar shards; for random-access sources it reorders the plan's indices), `prefetch + 3`
+//!   batches (queue, one being filled, one spare, one held by the consumer), per-thread decode
+//!   buffers and one large image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them
+//!   up.
 //! - **Shutdown**: dropping [`Batches`](crate::Batches) cancels the window (waking waiting
 //!   decoders) and drops the prefetch receiver (failing the batcher's send); decoders see the
 //!   cancel or a closed channel and return; then every thread is joined. A closed channel means

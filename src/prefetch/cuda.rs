@@ -1,7 +1,10 @@
 //! GPU staging through cudarc: the slot ring of `mod.rs` with pinned host buffers, device
-//! buffers, events, one dedicated stream and a small NVRTC kernel that normalizes `u8` batches on
-//! the GPU. This file and `cache/format.rs` are the only ones allowed `unsafe`; every block says
-//! why it is sound.
+//! buffers, events, one dedicated stream and a small NVRTC kernel (`kernels/normalize.cu`)
+//! that normalizes `u8` batches on the GPU. Its `unsafe` blocks are the driver calls and the
+//! pinned memory; every block says why it is sound. (The crate's other `unsafe` is in
+//! `transform/`, the SIMD kernels of the resize and normalize behind run-time CPU feature
+//! checks, and in `cache/format.rs`, the memory map; libjpeg-turbo's FFI is in the
+//! `imagefeed-jpeg` crate.)
 //!
 //! **Opening device `n`** never panics: cudarc panics on its first driver call when libcuda is
 //! absent, so [`CudaStaging::open`] first asks cudarc whether the library can be loaded, then

@@ -9,7 +9,7 @@ use super::list::shown;
 use super::{check_count, os_to_bytes, FileIndex};
 use crate::error::Error;
 
-/// The index of a folder with one sub-folder per class (the walk of [`Source::from_dir`]):
+/// The index of a folder with one sub-folder per class (the walk of [`Source::from_dir`](super::Source::from_dir)):
 /// sorted class names give the labels, and the images below each class folder, sorted by
 /// path, its samples.
 pub(super) fn class_folders(dir: &Path) -> Result<FileIndex, Error> {

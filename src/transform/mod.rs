@@ -1,6 +1,11 @@
 //! The transform stage: resize a decoded image to the output size (`u8`), apply its EXIF
 //! orientation, and — once, when the batcher writes a sample into the batch — normalize it to
 //! the output dtype and layout.
+//!
+//! Most of the crate's `unsafe` is in this module: the AVX2 and AVX-512 kernels of the resize
+//! (`resample.rs`), the colour conversion (`color.rs`) and the normalize (here), each called
+//! only after `simd.rs` has checked at run time that the CPU has the instructions, with a
+//! `SAFETY` comment on every block.
 
 mod color;
 mod resample;
