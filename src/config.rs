@@ -17,8 +17,8 @@ use crate::transform::{Dtype, Geometry, Layout, ResizeFilter, ResizeMode};
 /// 160x160 RGB, 77 kB each, kept as `u8` until the batcher).
 const WINDOW_PER_THREAD: usize = 32;
 /// Files hinted ahead by default. Enough to keep the disk busy under two decode threads (a
-/// first epoch on 5,000 photo crops not in the page cache: see `readahead.rs`), and few enough
-/// that the hinted files are a few megabytes of page cache.
+/// first epoch on 5,000 photo crops not in the page cache: see `pipeline/readahead.rs`), and
+/// few enough that the hinted files are a few megabytes of page cache.
 const DEFAULT_READAHEAD: usize = 64;
 
 /// Where batches are delivered.

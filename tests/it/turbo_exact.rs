@@ -251,7 +251,7 @@ impl<E: std::borrow::Borrow<imagefeed_jpeg::Error>> std::fmt::Debug for Stable<E
 /// The digest of the image's pixels in each plane: libjpeg-turbo pads planes to whole MCUs
 /// and fills the padding from its own uninitialized buffers (a 1×1 4:2:0 image at 1/8 scale
 /// has a 2×2 luma plane, three bytes of it not the image's), so the padding is left out, as
-/// the loader leaves it out (`Layout::planes` in `src/decode/mod.rs`).
+/// the loader leaves it out (`Layout::planes` in `src/decode/jpeg.rs`).
 fn planes_digest(planes: &[u8], w: usize, h: usize, sub: Subsamp) -> u64 {
     let mut real = Vec::new();
     let mut offset = 0;
