@@ -1,5 +1,7 @@
 //! Decode alone, per image: libjpeg-turbo at each DCT scale (chosen by varying the target size
-//! on the same 900×599 photograph), full size, and zune-jpeg.
+//! on the same 900×599 photograph), full size, and zune-jpeg; and the training transforms:
+//! random-resized-crop and the centre crop (crop-decoded) against the whole-image stretch, for
+//! the same 160×160 output.
 //! `cargo bench --bench decode`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -40,5 +42,39 @@ fn decode(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decode);
+/// One sample of each transform, cycling over 64 draws (64 random boxes) of the photograph:
+/// what a decode thread does per image in a training or evaluation epoch.
+fn transforms(c: &mut Criterion) {
+    use imagefeed::Transform;
+    let photo = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/photos/photo_0.jpg"
+    ))
+    .expect("testdata/photos/photo_0.jpg");
+    let mut g = c.benchmark_group("transform_900x599_to_160");
+    g.throughput(Throughput::Elements(1));
+    let mut out = vec![0u8; 160 * 160 * 3];
+    for (name, t, flip) in [
+        ("stretch", Transform::Stretch, 0.0),
+        (
+            "random_resized_crop_flip",
+            Transform::random_resized_crop(),
+            0.5,
+        ),
+        ("center_crop", Transform::center_crop(), 0.0),
+    ] {
+        let mut d = BenchDecoder::new(160, true, false);
+        d.set_transform(t, flip);
+        let mut i = 0u64;
+        g.bench_function(BenchmarkId::new("decode_resize", name), |b| {
+            b.iter(|| {
+                i = (i + 1) % 64;
+                black_box(d.decode_sample(black_box(&photo), 0, i, &mut out))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, decode, transforms);
 criterion_main!(benches);

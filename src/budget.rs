@@ -81,7 +81,11 @@ impl MemoryBudget {
                     + SMALL_DECODE_BYTES
                     // The orientation copy and the resized planes of a JPEG decoded to planes.
                     + 2 * sample
-                    + crate::transform::RESIZE_RETAINED_BYTES as u64,
+                    + crate::transform::RESIZE_RETAINED_BYTES as u64
+                    // A random transform's base image read from or written to a cache.
+                    + cfg
+                        .cache_base_side()
+                        .map_or(0, |s| crate::transform::base_len(s) as u64),
             ),
             large_image_bytes: cfg
                 .max_pixels

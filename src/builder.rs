@@ -11,7 +11,7 @@ use crate::decode::JpegDecoder;
 use crate::error::{Error, OnError};
 use crate::loader::Loader;
 use crate::source::Source;
-use crate::transform::{Dtype, Layout, ResizeFilter, ResizeMode};
+use crate::transform::{Dtype, Layout, ResizeFilter, ResizeMode, Transform};
 
 /// Builds a [`Loader`]. Every setting has a documented default; [`build`](Self::build)
 /// validates them all and starts no thread.
@@ -75,9 +75,41 @@ impl LoaderBuilder {
         self
     }
 
-    /// How images are fitted to the output size (default [`ResizeMode::Stretch`]).
+    /// How images are fitted to the output size (default [`ResizeMode::Stretch`]): the same
+    /// as [`transform`](Self::transform) with the fit's [`Transform`].
     pub fn resize_mode(mut self, mode: ResizeMode) -> Self {
-        self.cfg.resize_mode = mode;
+        self.cfg.transform = mode.into();
+        self
+    }
+
+    /// Which box of each image becomes the sample (default [`Transform::Stretch`]): the
+    /// training transform [`Transform::random_resized_crop`] (a new box every epoch, drawn
+    /// from the seed, the epoch and the sample's index alone), the evaluation transform
+    /// [`Transform::center_crop`], or a fit. A cropping transform decodes only the box's rows
+    /// and columns of a JPEG. With a cache, a random transform's boxes are cut from an image
+    /// recorded at [`cache_max_side`](Self::cache_max_side).
+    ///
+    /// ```no_run
+    /// use imagefeed::{Loader, Source, Transform};
+    /// let train = Loader::builder(Source::from_dir("data/train")?)
+    ///     .transform(Transform::random_resized_crop()) // flips half the images by default
+    ///     .build()?;
+    /// let eval = Loader::builder(Source::from_dir("data/val")?)
+    ///     .transform(Transform::center_crop())
+    ///     .shuffle(false)
+    ///     .build()?;
+    /// # Ok::<(), imagefeed::Error>(())
+    /// ```
+    pub fn transform(mut self, transform: Transform) -> Self {
+        self.cfg.transform = transform;
+        self
+    }
+
+    /// The probability of mirroring each sample left to right, in `[0, 1]` (default 0.5 with a
+    /// random transform, else 0). Drawn, like the crop, from the seed, the epoch and the
+    /// sample's index.
+    pub fn flip_horizontal(mut self, probability: f64) -> Self {
+        self.cfg.flip = Some(probability);
         self
     }
 
@@ -271,6 +303,18 @@ impl LoaderBuilder {
         self
     }
 
+    /// With a cache and a random [`transform`](Self::transform): the longest side, in pixels,
+    /// of the image the cache records for each sample (default twice the output's longer
+    /// side: 320 for 160). Each epoch cuts its own random box from that image, so cached
+    /// epochs stay random; a small box is then cut from fewer pixels than a decode would
+    /// give it (a box of 8% of the area holds about 90×90 of a 320-pixel image), and each
+    /// record takes `side × side × 3` bytes on disk. Larger sides keep more detail for small
+    /// boxes and cost disk and page cache.
+    pub fn cache_max_side(mut self, side_px: u32) -> Self {
+        self.cfg.cache_max_side = Some(side_px);
+        self
+    }
+
     /// What to do with a corrupt cache record (default [`CachePolicy::Fail`]).
     pub fn cache_policy(mut self, policy: CachePolicy) -> Self {
         self.cfg.cache_policy = policy;
@@ -410,6 +454,21 @@ impl LoaderBuilder {
             ));
         }
         check_normalized_range(cfg)?;
+        cfg.transform
+            .check()
+            .map_err(|m| Error::config("transform", m))?;
+        if cfg.cache_max_side.is_some_and(|s| s == 0 || s > 16_384) {
+            return Err(Error::config(
+                "cache_max_side",
+                "must be between 1 and 16384 pixels",
+            ));
+        }
+        if !cfg.flip_probability().is_finite() || !(0.0..=1.0).contains(&cfg.flip_probability()) {
+            return Err(Error::config(
+                "flip_horizontal",
+                format!("probability {} is outside [0, 1]", cfg.flip_probability()),
+            ));
+        }
         at_most("batch_size", cfg.batch_size, MAX_BATCH_SIZE)?;
         if cfg.prefetch == 0 {
             return Err(Error::config("prefetch", "must be at least 1"));

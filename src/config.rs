@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::decode::{DecodeSettings, JpegDecoder};
 use crate::error::OnError;
-use crate::transform::{Dtype, Geometry, Layout, ResizeFilter, ResizeMode};
+use crate::transform::{Dtype, Geometry, Layout, ResizeFilter, Transform};
 
 /// Reorder-window positions per decode thread. Decode times vary more than tenfold within a
 /// corpus (~7 ms for a photo large enough for 1/8 scale, ~0.3 ms for one too small to scale),
@@ -67,7 +67,9 @@ pub(crate) struct Config {
     pub(crate) batch_size: usize,
     pub(crate) height: u32,
     pub(crate) width: u32,
-    pub(crate) resize_mode: ResizeMode,
+    pub(crate) transform: Transform,
+    /// The flip probability the user set (`None`: 0.5 with a random transform, else 0).
+    pub(crate) flip: Option<f64>,
     pub(crate) resize_filter: ResizeFilter,
     pub(crate) dtype: Dtype,
     pub(crate) layout: Layout,
@@ -95,6 +97,9 @@ pub(crate) struct Config {
     pub(crate) jpeg_decoder: JpegDecoder,
     pub(crate) host_memory_limit: Option<u64>,
     pub(crate) cache: Option<PathBuf>,
+    /// The longest side of a random transform's cached base image (`None`: twice the
+    /// output's longer side).
+    pub(crate) cache_max_side: Option<u32>,
     pub(crate) cache_policy: CachePolicy,
     pub(crate) device: Device,
     pub(crate) fallback_to_host: bool,
@@ -114,7 +119,8 @@ impl Default for Config {
             batch_size: 64,
             height: 160,
             width: 160,
-            resize_mode: ResizeMode::Stretch,
+            transform: Transform::Stretch,
+            flip: None,
             resize_filter: ResizeFilter::Antialiased,
             dtype: Dtype::F32,
             layout: Layout::Nhwc,
@@ -139,6 +145,7 @@ impl Default for Config {
             jpeg_decoder: JpegDecoder::Auto,
             host_memory_limit: None,
             cache: None,
+            cache_max_side: None,
             cache_policy: CachePolicy::Fail,
             device: Device::Host,
             fallback_to_host: false,
@@ -159,9 +166,22 @@ impl Config {
         Geometry {
             width: self.width,
             height: self.height,
-            mode: self.resize_mode,
+            transform: self.transform,
             filter: self.resize_filter,
+            flip: self.flip_probability(),
         }
+    }
+    /// With a cache and a random transform, the side of the base images the cache records.
+    pub(crate) fn cache_base_side(&self) -> Option<u32> {
+        (self.cache.is_some() && self.transform.is_random()).then(|| {
+            self.cache_max_side
+                .unwrap_or_else(|| self.width.max(self.height).saturating_mul(2))
+        })
+    }
+    /// The probability of mirroring a sample.
+    pub(crate) fn flip_probability(&self) -> f64 {
+        self.flip
+            .unwrap_or(if self.transform.is_random() { 0.5 } else { 0.0 })
     }
     pub(crate) fn decode_settings(&self) -> DecodeSettings {
         DecodeSettings {

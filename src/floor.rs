@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
 use crate::error::Error;
 use crate::source::Source;
-use crate::transform::{Geometry, ResizeFilter, ResizeMode};
+use crate::transform::{Geometry, ResizeFilter};
 
 /// Reads the sample file at `path` into `bytes` as the pipeline does: a regular file (a FIFO
 /// would block, a device never end) of at most `limit` bytes. `false` if it is not one or
@@ -89,7 +89,8 @@ pub fn decode_floor(
     let geom = Geometry {
         width: size_px,
         height: size_px,
-        mode: ResizeMode::Stretch,
+        transform: crate::Transform::Stretch,
+        flip: 0.0,
         filter: ResizeFilter::default(),
     };
     let limit = settings.max_file_bytes();
@@ -236,7 +237,8 @@ fn compare(
     let geom = |filter| Geometry {
         width: size_px,
         height: size_px,
-        mode: ResizeMode::Stretch,
+        transform: crate::Transform::Stretch,
+        flip: 0.0,
         filter,
     };
     let limit = settings(true).max_file_bytes();
@@ -257,10 +259,26 @@ fn compare(
             continue;
         }
         if scaled_dec
-            .decode_resize(&bytes, &path, &geom_a, false, &gate, &mut a)
+            .decode_resize(
+                &bytes,
+                &path,
+                &geom_a,
+                crate::decode::Target::Sample(crate::transform::Draw::default()),
+                false,
+                &gate,
+                &mut a,
+            )
             .is_err()
             || full_dec
-                .decode_resize(&bytes, &path, &geom_b, false, &gate, &mut b)
+                .decode_resize(
+                    &bytes,
+                    &path,
+                    &geom_b,
+                    crate::decode::Target::Sample(crate::transform::Draw::default()),
+                    false,
+                    &gate,
+                    &mut b,
+                )
                 .is_err()
         {
             continue;

@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
-use crate::transform::{
-    BatchStorage, Dtype, Geometry, Layout, Normalizer, ResizeFilter, ResizeMode,
-};
+use crate::transform::{BatchStorage, Draw, Dtype, Geometry, Layout, Normalizer, ResizeFilter};
 
 /// Decodes `bytes` (named `name`, whose extension matters), resizes to `size`×`size`, orients
 /// and normalizes to f32 NCHW, with a small `max_pixels`. Odd sizes deliver JPEGs with
@@ -30,11 +28,14 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
     let geom = Geometry {
         width: size,
         height: size,
-        mode: if bytes.len().is_multiple_of(2) {
-            ResizeMode::Stretch
-        } else {
-            ResizeMode::ShorterSideCenterCrop
+        // Every transform, the cropping ones with a box drawn from the input's length.
+        transform: match bytes.len() % 4 {
+            0 => crate::Transform::Stretch,
+            1 => crate::Transform::ShorterSideCenterCrop,
+            2 => crate::Transform::center_crop(),
+            _ => crate::Transform::random_resized_crop(),
         },
+        flip: 0.5,
         filter: if bytes.len().is_multiple_of(3) {
             ResizeFilter::Antialiased
         } else {
@@ -45,7 +46,19 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
     let mut out = vec![0u8; geom.sample_len()];
     let gate = LargeGate::default();
     let ok = decoder
-        .decode_resize(bytes, Path::new(name), &geom, false, &gate, &mut out)
+        .decode_resize(
+            bytes,
+            Path::new(name),
+            &geom,
+            crate::decode::Target::Sample(Draw {
+                seed: 0,
+                epoch: 0,
+                index: bytes.len() as u64,
+            }),
+            false,
+            &gate,
+            &mut out,
+        )
         .is_ok();
     if ok {
         let norm = Normalizer::new([0.5; 3], [0.25; 3], Layout::Nchw);
@@ -133,7 +146,8 @@ impl BenchDecoder {
             geom: Geometry {
                 width: size,
                 height: size,
-                mode: ResizeMode::Stretch,
+                transform: crate::Transform::Stretch,
+                flip: 0.0,
                 filter: ResizeFilter::default(),
             },
         }
@@ -147,13 +161,32 @@ impl BenchDecoder {
             .map(|d| (d.width, d.height))
     }
 
+    /// The transform later calls apply (the default is a stretch), with flip probability
+    /// `flip`.
+    pub fn set_transform(&mut self, transform: crate::Transform, flip: f64) {
+        self.geom.transform = transform;
+        self.geom.flip = flip;
+    }
+
     /// Decodes, resizes and orients into `out` (`size * size * 3` bytes).
     pub fn decode_resize(&mut self, bytes: &[u8], out: &mut [u8]) -> bool {
+        self.decode_sample(bytes, 0, 0, out)
+    }
+
+    /// As [`BenchDecoder::decode_resize`] for the sample with dataset index `index` in epoch
+    /// `epoch` (seed 0): the box a random transform draws for it.
+    pub fn decode_sample(&mut self, bytes: &[u8], epoch: u64, index: u64, out: &mut [u8]) -> bool {
+        let draw = Draw {
+            seed: 0,
+            epoch,
+            index,
+        };
         self.decoder
             .decode_resize(
                 bytes,
                 Path::new("bench.jpg"),
                 &self.geom,
+                crate::decode::Target::Sample(draw),
                 false,
                 &self.gate,
                 out,
@@ -199,7 +232,8 @@ impl BenchResizer {
         let geom = Geometry {
             width: size,
             height: size,
-            mode: ResizeMode::Stretch,
+            transform: crate::Transform::Stretch,
+            flip: 0.0,
             filter,
         };
         let decoded = crate::transform::Decoded {
@@ -207,8 +241,10 @@ impl BenchResizer {
             width,
             height,
             orientation: 1,
+            crop: None,
+            full: (width, height),
         };
-        self.0.resize_orient(&decoded, &geom, out).is_ok()
+        self.0.resize_orient(&decoded, &geom, false, out).is_ok()
     }
 }
 

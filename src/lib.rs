@@ -118,7 +118,7 @@ pub use loader::{Batches, Loader, LoaderState};
 pub use source::shards::{write_shards, ShardsWritten};
 pub use source::{RemoteOptions, Source, SourceKind};
 pub use stats::Stats;
-pub use transform::{Dtype, Layout, ResizeFilter, ResizeMode};
+pub use transform::{Dtype, Layout, ResizeFilter, ResizeMode, Transform};
 
 /// The cudarc version imagefeed uses, for the types [`CudaBatch`] hands out.
 #[cfg(feature = "cuda")]

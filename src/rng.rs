@@ -9,6 +9,7 @@ pub(crate) struct Rng(u64);
 /// Stage tags mixed into seeds so that stages draw independent streams.
 pub(crate) const STAGE_PERMUTATION: u64 = 1;
 pub(crate) const STAGE_SHUFFLE_BUFFER: u64 = 2;
+pub(crate) const STAGE_AUGMENT: u64 = 3;
 
 impl Rng {
     /// A generator for one (seed, epoch, stage) triple.
@@ -18,6 +19,19 @@ impl Rng {
         let mut r = Rng(a ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03));
         let b = r.next_u64();
         Rng(b ^ stage.wrapping_mul(0xAEF1_7502_108E_F2D9))
+    }
+
+    /// A generator for one sample (dataset `index`) of one (seed, epoch, stage) triple: what
+    /// it draws depends on nothing else (not on threads, order or rank).
+    pub(crate) fn for_sample(seed: u64, epoch: u64, stage: u64, index: u64) -> Self {
+        let mut r = Rng::for_stage(seed, epoch, stage);
+        let a = r.next_u64();
+        Rng(a ^ index.wrapping_mul(0x9FB2_1C65_1E98_DF25))
+    }
+
+    /// A uniform float in `[0, 1)` (53 random bits).
+    pub(crate) fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     pub(crate) fn next_u64(&mut self) -> u64 {

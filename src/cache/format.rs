@@ -10,7 +10,8 @@
 //! record i (for dataset index i) at HEADER_LEN + i * record_len
 //!   status u8 (0 absent, 1 pixels, 2 failed sample) | pad 3 | label u32 | index u32
 //!   | payload_len u32 | checksum u64 (xxh3 of bytes 0..16 and the payload)
-//!   | payload: height*width*3 u8 pixels, or the failure message (UTF-8)
+//!   | payload: height*width*3 u8 pixels (for resize mode 3, a random transform's base image:
+//!     then 16 more bytes of sizes, see transform/base.rs), or the failure message (UTF-8)
 //! footer (FOOTER_LEN = 32 bytes), written last
 //!   "IMGFEED-COMPLETE" | count u64 | header checksum u64
 //! ```
@@ -33,6 +34,9 @@ pub(crate) const HEADER_LEN: u64 = 4096;
 pub(crate) const RECORD_HEADER_LEN: usize = 24;
 pub(crate) const FOOTER_MAGIC: &[u8; 16] = b"IMGFEED-COMPLETE";
 pub(crate) const FOOTER_LEN: u64 = 32;
+
+/// The resize mode byte of a cache of base images (a random transform).
+pub(crate) const BASE_MODE: u8 = 3;
 
 pub(crate) const STATUS_PIXELS: u8 = 1;
 pub(crate) const STATUS_FAILED: u8 = 2;
@@ -60,8 +64,15 @@ pub(crate) struct Header {
 }
 
 impl Header {
+    /// Bytes of a record's pixels: a sample, or for a random transform (resize mode
+    /// [`BASE_MODE`]) a base image with its sizes.
     pub(crate) fn sample_len(&self) -> usize {
-        self.height as usize * self.width as usize * 3
+        let trailer = if self.resize_mode == BASE_MODE {
+            crate::transform::BASE_TRAILER
+        } else {
+            0
+        };
+        self.height as usize * self.width as usize * 3 + trailer
     }
 
     pub(crate) fn record_len(&self) -> u64 {
@@ -148,7 +159,14 @@ impl Header {
         let record_len = u64::from(h.height)
             .checked_mul(u64::from(h.width))
             .and_then(|p| p.checked_mul(3))
-            .and_then(|s| s.checked_add(RECORD_HEADER_LEN as u64))
+            .and_then(|s| {
+                let trailer = if h.resize_mode == BASE_MODE {
+                    crate::transform::BASE_TRAILER as u64
+                } else {
+                    0
+                };
+                s.checked_add(RECORD_HEADER_LEN as u64 + trailer)
+            })
             .filter(|&r| usize::try_from(r).is_ok());
         if record_len != Some(u64_at(52)) {
             return Err("record length does not match the sample shape".into());

@@ -218,10 +218,23 @@ impl Cache {
         let partial = with_suffix(path, ".partial");
         check_replaceable(path)?;
         check_replaceable(&partial)?;
+        // A random transform records base images of `side`×`side` (see transform/base.rs); the
+        // other transforms record the sample before its flip.
+        let (height, width) = match cfg.cache_base_side() {
+            Some(side) => (side, side),
+            None => (cfg.height, cfg.width),
+        };
+        let key = cfg.transform.cache_key();
+        let mut fingerprint = fingerprint(source);
+        // The crop fraction of a centre crop (0 for the other transforms, so caches of the
+        // fits keep the fingerprint they always had).
+        for (f, k) in fingerprint.iter_mut().zip(&key[1..9]) {
+            *f ^= k;
+        }
         let header = Header {
-            height: cfg.height,
-            width: cfg.width,
-            resize_mode: cfg.resize_mode as u8,
+            height,
+            width,
+            resize_mode: key[0],
             apply_exif: u8::from(cfg.apply_exif),
             dct_scaling: u8::from(cfg.dct_scaling),
             decoder: cfg.jpeg_decoder as u8,
@@ -232,7 +245,7 @@ impl Cache {
             resampler: crate::transform::RESAMPLER_VERSION,
             max_pixels: cfg.max_pixels,
             count: source.len() as u64,
-            fingerprint: fingerprint(source),
+            fingerprint,
         };
         let cache = Cache {
             path: path.to_path_buf(),
@@ -288,8 +301,10 @@ impl Cache {
 
     fn stale_reason(&self, found: &Header) -> String {
         let want = &self.header;
-        if found.fingerprint != want.fingerprint || found.count != want.count {
-            "stale: the source changed (a file's size, modification time or label, or the list)"
+        if found.resize_mode != want.resize_mode {
+            "stale: made with another transform".into()
+        } else if found.fingerprint != want.fingerprint || found.count != want.count {
+            "stale: the source changed (a file's size, modification time or label, or the list), or the centre crop's fraction did"
                 .into()
         } else if (found.height, found.width) != (want.height, want.width) {
             format!(

@@ -8,7 +8,7 @@ use super::gate::{GateGuard, SMALL_DECODE_BYTES};
 use super::header::{self, JpegInfo};
 use super::{fail, rgb_bytes, Decoder, Job, JpegDecoder};
 use crate::error::Error;
-use crate::transform::{Decoded, Pixels, Planes};
+use crate::transform::{Decoded, Pixels, Planes, Rect};
 
 impl Decoder {
     pub(super) fn decode_jpeg<'a, 'g>(
@@ -20,6 +20,7 @@ impl Decoder {
             bytes,
             path,
             geom,
+            draw,
             gate,
             gate_held,
         } = job;
@@ -36,8 +37,14 @@ impl Decoder {
             JpegDecoder::Zune => false,
             JpegDecoder::Auto | JpegDecoder::TurboJpeg => cfg!(feature = "turbojpeg"),
         };
+        // A cropping transform's box, chosen from the header (display coordinates) and mapped
+        // to the stored frame.
+        let crop = super::stored_crop(geom, &draw, info.width, info.height, orientation);
         let scale = if use_turbo && self.settings.dct_scaling && !info.lossless {
-            geom.dct_denominator(info.width, info.height, orientation)
+            match crop {
+                Some(c) => geom.dct_denominator_for_crop(info.width, info.height, c, orientation),
+                None => geom.dct_denominator(info.width, info.height, orientation),
+            }
         } else {
             1
         };
@@ -56,21 +63,25 @@ impl Decoder {
             // Planes where converting colour after the resize converts fewer pixels (the
             // decoded frame is no smaller than the target) and the planar kernels take the
             // taps (each axis within 4x the target after scaling). Without DCT scaling,
-            // libjpeg-turbo's own RGB, as Pillow decodes.
+            // libjpeg-turbo's own RGB, as Pillow decodes. A crop decodes to RGB: libjpeg-turbo
+            // crops only packed pixels.
             let planes = self.settings.planes
                 && self.settings.dct_scaling
+                && crop.is_none()
                 && u64::from(sw) * u64::from(sh) >= u64::from(tw) * u64::from(th)
                 && sw <= 4 * tw
                 && sh <= 4 * th
                 && matches!(info.components, 1 | 3)
                 && !info.lossless;
-            let layout = self.decode_turbo(bytes, path, &info, scale, planes)?;
+            let (layout, crop) = self.decode_turbo(bytes, path, &info, scale, planes, crop)?;
             let (width, height) = (layout.width as u32, layout.height as u32);
             return Ok(Decoded {
                 pixels: layout.pixels(&self.rgb),
                 width,
                 height,
                 orientation,
+                crop,
+                full: (info.width, info.height),
             });
         }
         let (width, height) = self.decode_zune(bytes, path, &info)?;
@@ -79,12 +90,15 @@ impl Decoder {
             width,
             height,
             orientation,
+            crop,
+            full: (info.width, info.height),
         })
     }
 
     /// Decodes a JPEG with libjpeg-turbo at scale `1/scale` into `self.rgb`: as planes where
     /// `planes` is set and the file is YCbCr or grey with a subsampling libjpeg-turbo can
-    /// write as planes, else as RGB.
+    /// write as planes, else as RGB. With a `crop` box (stored frame, full scale), only the
+    /// rows and iMCU columns around it are decoded; returns the box in the decoded pixels.
     #[cfg(feature = "turbojpeg")]
     fn decode_turbo(
         &mut self,
@@ -93,7 +107,8 @@ impl Decoder {
         info: &JpegInfo,
         scale: u32,
         planes: bool,
-    ) -> Result<Layout, Error> {
+        crop: Option<Rect>,
+    ) -> Result<(Layout, Option<Rect>), Error> {
         use imagefeed_jpeg::{Colorspace, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
         let tj_err = |e: imagefeed_jpeg::Error| fail(path, format!("libjpeg-turbo: {e}"));
         // A fresh decompressor for every image (0.25 us): libjpeg keeps quantization and
@@ -105,10 +120,27 @@ impl Decoder {
         tj.set_scaling_factor(factor).map_err(tj_err)?;
         let w = factor.scale(info.width as usize);
         let h = factor.scale(info.height as usize);
+        // The box in the scaled frame, and the region around it libjpeg-turbo decodes.
+        let crop = crop.map(|c| {
+            c.scaled(
+                w as f64 / f64::from(info.width),
+                h as f64 / f64::from(info.height),
+            )
+        });
+        let region = match crop {
+            Some(c) if !info.lossless => crop_region(&mut tj, bytes, c, w, h),
+            _ => None,
+        };
+        let (w, h) = region.map_or((w, h), |r| (r.width, r.height));
+        let crop = match (crop, region) {
+            (Some(c), Some(r)) => Some(c.shifted(r.x as f64, r.y as f64)),
+            (c, _) => c,
+        };
+        tj.set_cropping_region(region).map_err(tj_err)?;
         let cmyk = info.components == 4;
         // The layout of planes libjpeg-turbo would write (None: decode to RGB). A header it
         // cannot read is left to the RGB decode to report.
-        let plan = if planes && !cmyk {
+        let plan = if planes && !cmyk && region.is_none() {
             // libjpeg-turbo fails a header read on a warning: one about metadata is read
             // again without it, as the decode below does.
             let hdr = tj.read_header(bytes).or_else(|e| match &e {
@@ -214,7 +246,15 @@ impl Decoder {
             }
             cmyk_to_rgb(&self.aux[..len], &mut self.rgb[..w * h * 3]);
         }
-        Ok(plan.unwrap_or(Layout::rgb(w, h)))
+        // A cropped decode stops after the region's last row and never reads the rest of the
+        // data: a file cut short below it must still be refused, in every epoch alike.
+        if region.is_some() && !header::has_eoi_after(bytes, info.scan_offset) {
+            return Err(fail(
+                path,
+                "libjpeg-turbo: premature end of JPEG file (no end-of-image marker: truncated)",
+            ));
+        }
+        Ok((plan.unwrap_or(Layout::rgb(w, h)), crop))
     }
 
     #[cfg(not(feature = "turbojpeg"))]
@@ -225,9 +265,10 @@ impl Decoder {
         info: &JpegInfo,
         _scale: u32,
         _planes: bool,
-    ) -> Result<Layout, Error> {
+        crop: Option<Rect>,
+    ) -> Result<(Layout, Option<Rect>), Error> {
         let (w, h) = self.decode_zune(bytes, path, info)?;
-        Ok(Layout::rgb(w as usize, h as usize))
+        Ok((Layout::rgb(w as usize, h as usize), crop))
     }
 
     fn decode_zune(
@@ -301,6 +342,41 @@ impl Decoder {
         }
         Ok((w, h))
     }
+}
+
+/// Pixels decoded around a crop box on each side, so the resize's filter reads the same
+/// neighbours it would in a whole decode (its taps reach at most 2 pixels past the box after
+/// DCT scaling, which leaves the box within 2x of the output).
+#[cfg(feature = "turbojpeg")]
+const CROP_MARGIN: f64 = 3.0;
+
+/// The region of a `w`×`h` scaled frame to decode for the box `c`: the box with
+/// [`CROP_MARGIN`], its left edge aligned down to the scaled iMCU width. `None` where that is
+/// the whole frame, or where the header cannot be read (the decode then reports it).
+#[cfg(feature = "turbojpeg")]
+fn crop_region(
+    tj: &mut imagefeed_jpeg::Decompressor,
+    bytes: &[u8],
+    c: Rect,
+    w: usize,
+    h: usize,
+) -> Option<imagefeed_jpeg::Region> {
+    let header = tj.read_header(bytes).ok()?;
+    let align = tj.crop_x_alignment(&header);
+    let clampf = |v: f64, hi: usize| (v.max(0.0) as usize).min(hi);
+    let x0 = clampf((c.x - CROP_MARGIN).floor(), w) / align * align;
+    let x1 = clampf((c.x + c.w + CROP_MARGIN).ceil(), w);
+    let y0 = clampf((c.y - CROP_MARGIN).floor(), h);
+    let y1 = clampf((c.y + c.h + CROP_MARGIN).ceil(), h);
+    if x1 <= x0 || y1 <= y0 || (x0 == 0 && y0 == 0 && x1 == w && y1 == h) {
+        return None;
+    }
+    Some(imagefeed_jpeg::Region {
+        x: x0,
+        y: y0,
+        width: x1 - x0,
+        height: y1 - y0,
+    })
 }
 
 /// libjpeg-turbo's guard against progressive files with absurd scan counts (real files have ~10).
@@ -543,7 +619,8 @@ mod tests {
         let geom = Geometry {
             width: 160,
             height: 160,
-            mode: crate::ResizeMode::Stretch,
+            transform: crate::Transform::Stretch,
+            flip: 0.0,
             filter: crate::ResizeFilter::default(),
         };
         let gate = LargeGate::default();
@@ -579,15 +656,140 @@ mod tests {
             }
             let mut a = vec![0u8; geom.sample_len()];
             let mut b = vec![0u8; geom.sample_len()];
-            with.decode_resize(&bytes, &path, &geom, false, &gate, &mut a)
-                .unwrap();
+            with.decode_resize(
+                &bytes,
+                &path,
+                &geom,
+                crate::decode::Target::Sample(crate::transform::Draw::default()),
+                false,
+                &gate,
+                &mut a,
+            )
+            .unwrap();
             without
-                .decode_resize(&bytes, &path, &geom, false, &gate, &mut b)
+                .decode_resize(
+                    &bytes,
+                    &path,
+                    &geom,
+                    crate::decode::Target::Sample(crate::transform::Draw::default()),
+                    false,
+                    &gate,
+                    &mut b,
+                )
                 .unwrap();
             let mse = crate::floor::mean_squared_error(&a, &b);
             let psnr = 10.0 * (255.0f64 * 255.0 / mse.max(1e-9)).log10();
             assert!(psnr >= 40.0, "{name}: planes against RGB {psnr:.1} dB");
         }
+    }
+
+    /// Crop-decoded samples against the reference: the same box cut from a full-resolution
+    /// RGB decode and resized with the same filter. At full scale the crop decode gives the
+    /// reference's pixels (within rounding at 4:2:0 chroma edges); DCT scaling differs
+    /// slightly, as for whole images (`imagefeed floor` reports that PSNR).
+    #[cfg(feature = "turbojpeg")]
+    #[test]
+    fn crop_decodes_match_a_full_decode_cut_to_the_same_box() {
+        use crate::transform::{Draw, Resizer, Transform};
+        let settings = |dct| DecodeSettings {
+            max_pixels: 1 << 26,
+            apply_exif: true,
+            check_extension: true,
+            dct_scaling: dct,
+            jpeg_decoder: JpegDecoder::Auto,
+            planes: dct,
+            accept_jpeg_warnings: false,
+        };
+        let fit = Geometry {
+            width: 64,
+            height: 64,
+            transform: Transform::Stretch,
+            filter: crate::ResizeFilter::default(),
+            flip: 0.0,
+        };
+        let gate = LargeGate::default();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+        let mut files: Vec<_> = ["valid", "photos"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(root.join(d)).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+            .collect();
+        files.sort();
+        let (mut scaled, mut full, mut reference) = (
+            Decoder::new(settings(true)),
+            Decoder::new(settings(false)),
+            Decoder::new(settings(false)),
+        );
+        let mut resizer = Resizer::new();
+        let (mut worst_full, mut worst_scaled, mut sum_scaled, mut n) = (99.0f64, 99.0f64, 0.0, 0);
+        for path in &files {
+            let bytes = std::fs::read(path).unwrap();
+            for (t, index) in [
+                (Transform::random_resized_crop(), 0u64),
+                (Transform::random_resized_crop(), 1),
+                (Transform::random_resized_crop(), 2),
+                (Transform::center_crop(), 0),
+            ] {
+                let geom = Geometry {
+                    transform: t,
+                    ..fit
+                };
+                let draw = Draw {
+                    seed: 5,
+                    epoch: 0,
+                    index,
+                };
+                let sample = |d: &mut Decoder| {
+                    let mut out = vec![0u8; geom.sample_len()];
+                    d.decode_resize(
+                        &bytes,
+                        path,
+                        &geom,
+                        super::super::Target::Sample(draw),
+                        false,
+                        &gate,
+                        &mut out,
+                    )
+                    .unwrap();
+                    out
+                };
+                let (a, b) = (sample(&mut scaled), sample(&mut full));
+                let mut want = vec![0u8; geom.sample_len()];
+                let mut d = reference.decode(&bytes, path, &fit, false, &gate).unwrap();
+                d.crop = super::super::stored_crop(&geom, &draw, d.width, d.height, d.orientation);
+                resizer.resize_orient(&d, &geom, false, &mut want).unwrap();
+                let psnr = |x: &[u8]| {
+                    let mse = crate::floor::mean_squared_error(x, &want);
+                    10.0 * (255.0f64 * 255.0 / mse.max(1e-9)).log10()
+                };
+                let name = path.file_name().unwrap().to_string_lossy();
+                let (pf, ps) = (psnr(&b), psnr(&a));
+                assert!(
+                    pf >= 40.0,
+                    "{name} {t:?} #{index}: full-scale crop decode {pf:.1} dB"
+                );
+                worst_full = worst_full.min(pf);
+                // A synthetic file with a DC quantizer of 255: scaled decoding reconstructs it
+                // from far coarser data than the full decode (checked at full scale only).
+                if name == "dqt_dc255.jpg" {
+                    continue;
+                }
+                assert!(
+                    ps >= 25.0,
+                    "{name} {t:?} #{index}: DCT-scaled crop decode {ps:.1} dB"
+                );
+                worst_scaled = worst_scaled.min(ps);
+                sum_scaled += ps.min(60.0);
+                n += 1;
+            }
+        }
+        let mean = sum_scaled / f64::from(n);
+        println!(
+            "crop decode against full decode + crop, {n} boxes of {} files: full scale lowest {worst_full:.1} dB; DCT-scaled mean {mean:.1} dB (capped at 60), lowest {worst_scaled:.1} dB",
+            files.len()
+        );
+        assert!(mean >= 32.0, "DCT-scaled crops: mean {mean:.1} dB");
     }
 
     #[test]

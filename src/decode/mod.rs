@@ -38,7 +38,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::{DecodeFailure, Error};
-use crate::transform::{Decoded, Geometry, Resizer};
+use crate::transform::{Decoded, Draw, Geometry, Rect, Resizer};
 pub(crate) use gate::{
     GateGuard, LargeGate, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES, SMALL_DECODE_BYTES,
 };
@@ -163,6 +163,17 @@ pub(crate) struct Decoder {
     times: StageTimes,
 }
 
+/// What a decode writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// The sample `Draw` (`geom.sample_len()` bytes): the transform's box, resized, oriented
+    /// and flipped as drawn for it.
+    Sample(Draw),
+    /// A cache's base image for a random transform (`transform::base_len(side)` bytes): the
+    /// oriented image fitted within `side`×`side`, with its sizes.
+    Base { side: u32 },
+}
+
 /// Time a decoder spent reading, decoding and resizing.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct StageTimes {
@@ -171,13 +182,15 @@ pub(crate) struct StageTimes {
     pub(crate) resize: Duration,
 }
 
-/// What one decode works on: the bytes, the name its errors give, the target geometry, and
-/// the gate of large decodes (`gate_held`: the caller already holds it, for a large file).
+/// What one decode works on: the bytes, the name its errors give, the target geometry, which
+/// sample it is (for a random transform's draws), and the gate of large decodes
+/// (`gate_held`: the caller already holds it, for a large file).
 #[derive(Clone, Copy)]
 struct Job<'j, 'g> {
     bytes: &'j [u8],
     path: &'j Path,
     geom: &'j Geometry,
+    draw: Draw,
     gate: &'g LargeGate,
     gate_held: bool,
 }
@@ -218,6 +231,7 @@ impl Decoder {
         &mut self,
         path: &Path,
         geom: &Geometry,
+        target: Target,
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
@@ -250,7 +264,7 @@ impl Decoder {
             if file_bytes.len() as u64 > limit {
                 return Err(fail(path, "file grew past the size limit while being read"));
             }
-            self.decode_resize(&file_bytes, path, geom, guard.is_some(), gate, out)
+            self.decode_resize(&file_bytes, path, geom, target, guard.is_some(), gate, out)
         });
         if file_bytes.capacity() as u64 > RETAIN_BYTES {
             file_bytes = Vec::new();
@@ -267,30 +281,49 @@ impl Decoder {
         bytes: &[u8],
         name: &Path,
         geom: &Geometry,
+        target: Target,
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
         let guard = (bytes.len() as u64 > RETAIN_BYTES).then(|| gate.enter_alone());
-        let result = self.decode_resize(bytes, name, geom, guard.is_some(), gate, out);
+        let result = self.decode_resize(bytes, name, geom, target, guard.is_some(), gate, out);
         drop(guard);
         result
     }
 
-    /// Decodes, resizes and orients in-memory image bytes into `out`. `path` names the sample
-    /// in errors.
+    /// Decodes in-memory image bytes into `out`: the sample (cropped, resized, oriented and
+    /// flipped as the transform of `geom` chooses for it) or a cache's base image, as `target`
+    /// says. `path` names the sample in errors.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn decode_resize(
         &mut self,
         bytes: &[u8],
         path: &Path,
         geom: &Geometry,
+        target: Target,
         gate_held: bool,
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
+        // A base image is decoded whole, at the scale that covers `side` on both axes.
+        let (job_geom, draw) = match target {
+            Target::Sample(draw) => (*geom, draw),
+            Target::Base { side } => (
+                Geometry {
+                    width: side,
+                    height: side,
+                    transform: crate::Transform::Stretch,
+                    filter: geom.filter,
+                    flip: 0.0,
+                },
+                Draw::default(),
+            ),
+        };
         let job = Job {
             bytes,
             path,
-            geom,
+            geom: &job_geom,
+            draw,
             gate,
             gate_held,
         };
@@ -303,9 +336,13 @@ impl Decoder {
             let mut decoded_at = None;
             let r = self.decode_held(job, &mut guard).and_then(|d| {
                 decoded_at = Some(Instant::now());
-                resizer
-                    .resize_orient(&d, geom, out)
-                    .map_err(|m| fail(path, m))
+                match target {
+                    Target::Sample(draw) => {
+                        resizer.resize_orient(&d, geom, draw.flip(geom.flip), out)
+                    }
+                    Target::Base { side } => resizer.write_base(&d, side, geom.filter, out),
+                }
+                .map_err(|m| fail(path, m))
             });
             let done = Instant::now();
             let decoded_at = decoded_at.unwrap_or(done);
@@ -323,6 +360,22 @@ impl Decoder {
         result
     }
 
+    /// Cuts the sample `draw` from a cache's base image (see `transform/base.rs`).
+    pub(crate) fn sample_from_base(
+        &mut self,
+        base: &[u8],
+        side: u32,
+        geom: &Geometry,
+        draw: Draw,
+        path: &Path,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        let started = Instant::now();
+        let r = self.resizer.sample_from_base(base, side, geom, draw, out);
+        self.times.resize += started.elapsed();
+        r.map_err(|m| fail(path, m))
+    }
+
     /// Decodes image bytes to RGB8 at the scale that still covers `geom`'s target.
     pub(crate) fn decode<'a>(
         &'a mut self,
@@ -336,6 +389,7 @@ impl Decoder {
             bytes,
             path,
             geom,
+            draw: Draw::default(),
             gate,
             gate_held,
         };
@@ -397,6 +451,22 @@ impl Decoder {
     }
 }
 
+/// The box of a `w`×`h` stored frame with EXIF orientation `o` that a cropping transform cuts
+/// for sample `draw` (stored frame, full scale), or `None` for the fits.
+fn stored_crop(geom: &Geometry, draw: &Draw, w: u32, h: u32, o: u8) -> Option<Rect> {
+    if !geom.transform.crops() {
+        return None;
+    }
+    let (dw, dh) = crate::transform::display_dims(w, h, o);
+    let r = crate::transform::crop_box(&geom.transform, dw, dh, (geom.width, geom.height), draw);
+    Some(crate::transform::to_stored(
+        r,
+        f64::from(dw),
+        f64::from(dh),
+        o,
+    ))
+}
+
 /// Bytes of a `w`×`h` RGB8 image.
 fn rgb_bytes(w: u32, h: u32) -> u64 {
     u64::from(w) * u64::from(h) * 3
@@ -446,7 +516,8 @@ mod tests {
         let geom = Geometry {
             width: 8,
             height: 8,
-            mode: crate::ResizeMode::Stretch,
+            transform: crate::Transform::Stretch,
+            flip: 0.0,
             filter: crate::ResizeFilter::default(),
         };
         let settings = DecodeSettings {
@@ -462,11 +533,25 @@ mod tests {
         let gate = LargeGate::default();
         let mut out = vec![0u8; geom.sample_len()];
         if made.is_ok_and(|s| s.success()) {
-            let e = d.load_file(&fifo, &geom, &gate, &mut out).unwrap_err();
+            let e = d
+                .load_file(
+                    &fifo,
+                    &geom,
+                    Target::Sample(Draw::default()),
+                    &gate,
+                    &mut out,
+                )
+                .unwrap_err();
             assert!(e.to_string().contains("not a regular file"), "{e}");
         }
         let e = d
-            .load_file(Path::new("/dev/zero"), &geom, &gate, &mut out)
+            .load_file(
+                Path::new("/dev/zero"),
+                &geom,
+                Target::Sample(Draw::default()),
+                &gate,
+                &mut out,
+            )
             .unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
     }

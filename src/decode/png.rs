@@ -19,6 +19,7 @@ impl Decoder {
             bytes,
             path,
             geom,
+            draw,
             gate,
             gate_held,
         } = job;
@@ -200,6 +201,8 @@ impl Decoder {
             width: w,
             height: h,
             orientation,
+            crop: super::stored_crop(geom, &draw, w, h, orientation),
+            full: (w, h),
         })
     }
 }

@@ -13,8 +13,10 @@ use super::fetch::{ByteBudget, Fetched};
 use super::handoff::HandoffSender;
 use super::{EpochShared, Loaded};
 use crate::decode::Decoder;
+use crate::decode::Target;
 use crate::error::Error;
 use crate::stats::add;
+use crate::transform::{base_len, flip_horizontal, Draw, Geometry};
 
 /// Where a decode thread gets its work: claims from the window (local files), or fetched
 /// bytes from the fetch thread (with the byte budget to release).
@@ -38,6 +40,8 @@ pub(super) fn decode_loop(
         .pop()
         .unwrap_or_else(|| Decoder::new(cfg.decode_settings()));
     let mut path = PathBuf::new();
+    // A random transform's base image read from or written to the cache.
+    let mut base = Vec::new();
     let sample_len = geom.sample_len();
     loop {
         let waited = Instant::now();
@@ -64,7 +68,17 @@ pub(super) fn decode_loop(
             if shared.cfg.panic_on_index == Some(u64::from(index)) {
                 panic!("injected panic (inject_panic_at_index)");
             }
-            let mut load_from = |input| load(shared, &mut decoder, &path, index, input, &mut buf);
+            let mut load_from = |input| {
+                load(
+                    shared,
+                    &mut decoder,
+                    &path,
+                    index,
+                    input,
+                    &mut buf,
+                    &mut base,
+                )
+            };
             match fetched.take() {
                 None if from_fetch.is_none() => load_from(Input::File),
                 None => load_from(Input::CacheOnly),
@@ -115,8 +129,10 @@ pub(super) enum Input<'a> {
     CacheOnly,
 }
 
-/// Loads one sample into `buf`: from a complete cache (`Cache::lookup`), or by decoding (and
-/// then recording it in a cache being written).
+/// Loads one sample into `buf`: decoded, or with a cache, from what the cache records (read
+/// from a complete cache by `Cache::lookup`, or decoded and recorded in a cache being
+/// written). A record holds what every epoch shares: the sample before its flip, or for a
+/// random transform the base image each epoch cuts its own box from (into `base`).
 pub(super) fn load(
     shared: &EpochShared,
     decoder: &mut Decoder,
@@ -124,33 +140,81 @@ pub(super) fn load(
     index: u32,
     input: Input<'_>,
     buf: &mut [u8],
+    base: &mut Vec<u8>,
 ) -> Result<(), Error> {
-    if let Some(cache) = &shared.cache {
-        let expected = shared.source.index.label(index as usize);
+    let cfg = &shared.cfg;
+    let geom = cfg.geometry();
+    let draw = Draw {
+        seed: cfg.seed,
+        epoch: shared.epoch,
+        index: u64::from(index),
+    };
+    let Some(cache) = &shared.cache else {
+        return decode(
+            shared,
+            decoder,
+            path,
+            index,
+            input,
+            &geom,
+            Target::Sample(draw),
+            buf,
+        );
+    };
+    let label = shared.source.index.label(index as usize);
+    let cached = |target: Target, geom: &Geometry, record: &mut [u8]| {
         if let Some(found) = cache.lookup(
             &shared.cache_mode,
             index,
-            expected,
+            label,
             path,
-            buf,
+            record,
             &shared.stats,
         ) {
             return found;
         }
+        let result = decode(shared, decoder, path, index, input, geom, target, record);
+        shared.cache_mode.record(index, label, record, &result);
+        result
+    };
+    match cfg.cache_base_side() {
+        Some(side) => {
+            base.resize(base_len(side), 0);
+            cached(Target::Base { side }, &geom, base)?;
+            decoder.sample_from_base(base, side, &geom, draw, path, buf)
+        }
+        None => {
+            let unflipped = Geometry { flip: 0.0, ..geom };
+            cached(Target::Sample(draw), &unflipped, buf)?;
+            if draw.flip(geom.flip) {
+                flip_horizontal(buf, geom.width as usize);
+            }
+            Ok(())
+        }
     }
-    let geom = shared.cfg.geometry();
-    let result = match input {
-        Input::File => decoder.load_file(path, &geom, &shared.gate, buf),
-        Input::Bytes(bytes) => decoder.load_bytes(bytes, path, &geom, &shared.gate, buf),
+}
+
+/// Decodes one sample's bytes (from `input`) into `out`, as `target` says.
+#[allow(clippy::too_many_arguments)]
+fn decode(
+    shared: &EpochShared,
+    decoder: &mut Decoder,
+    path: &std::path::Path,
+    index: u32,
+    input: Input<'_>,
+    geom: &Geometry,
+    target: Target,
+    out: &mut [u8],
+) -> Result<(), Error> {
+    match input {
+        Input::File => decoder.load_file(path, geom, target, &shared.gate, out),
+        Input::Bytes(bytes) => decoder.load_bytes(bytes, path, geom, target, &shared.gate, out),
         Input::CacheOnly => shared
             .source
             .read_sample(
                 index as usize,
                 shared.cfg.decode_settings().max_file_bytes(),
             )
-            .and_then(|bytes| decoder.load_bytes(&bytes, path, &geom, &shared.gate, buf)),
-    };
-    let label = shared.source.index.label(index as usize);
-    shared.cache_mode.record(index, label, buf, &result);
-    result
+            .and_then(|bytes| decoder.load_bytes(&bytes, path, geom, target, &shared.gate, out)),
+    }
 }

@@ -7,11 +7,17 @@
 //! only after `simd.rs` has checked at run time that the CPU has the instructions, with a
 //! `SAFETY` comment on every block.
 
+mod augment;
+mod base;
 mod color;
 mod resample;
 pub(crate) mod simd;
 
 use half::{bf16, f16};
+
+pub use augment::Transform;
+pub(crate) use augment::{crop_box, display_dims, flip_horizontal, to_stored, Draw, Rect};
+pub(crate) use base::{base_len, BASE_TRAILER};
 
 /// How an image is fitted to the output size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,13 +101,15 @@ pub enum Layout {
     Nchw,
 }
 
-/// Output size and fit: what the resize produces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Output size, transform and filter: what the resize produces.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Geometry {
     pub(crate) width: u32,
     pub(crate) height: u32,
-    pub(crate) mode: ResizeMode,
+    pub(crate) transform: Transform,
     pub(crate) filter: ResizeFilter,
+    /// The probability of mirroring a sample left to right.
+    pub(crate) flip: f64,
 }
 
 impl Geometry {
@@ -129,15 +137,42 @@ impl Geometry {
         1
     }
 
-    /// The region of a `w`×`h` source that the resize reads for a `tw`×`th` target.
+    /// The largest DCT scale denominator (8, 4, 2 or 1) at which the box `crop` of a `w`×`h`
+    /// JPEG (both in the stored frame, at full scale) still covers the output on both axes.
+    pub(crate) fn dct_denominator_for_crop(
+        &self,
+        w: u32,
+        h: u32,
+        crop: Rect,
+        orientation: u8,
+    ) -> u32 {
+        let (tw, th) = if orientation >= 5 {
+            (self.height, self.width)
+        } else {
+            (self.width, self.height)
+        };
+        for d in [8u32, 4, 2] {
+            let (sx, sy) = (
+                f64::from(w.div_ceil(d)) / f64::from(w),
+                f64::from(h.div_ceil(d)) / f64::from(h),
+            );
+            if crop.w * sx + 1e-9 >= f64::from(tw) && crop.h * sy + 1e-9 >= f64::from(th) {
+                return d;
+            }
+        }
+        1
+    }
+
+    /// The region of a `w`×`h` source that the resize reads for a `tw`×`th` target, for the
+    /// fits (a cropping transform's box comes with the decoded image).
     fn covered_region(&self, w: u32, h: u32, tw: u32, th: u32) -> (f64, f64) {
         let (w, h) = (f64::from(w), f64::from(h));
-        match self.mode {
-            ResizeMode::Stretch => (w, h),
-            ResizeMode::ShorterSideCenterCrop => {
+        match self.transform {
+            Transform::ShorterSideCenterCrop => {
                 let aspect = f64::from(tw) / f64::from(th);
                 (w.min(h * aspect), h.min(w / aspect))
             }
+            _ => (w, h),
         }
     }
 }
@@ -198,9 +233,23 @@ impl Resizer {
         Self::default()
     }
 
-    /// Resizes `src` to the output size and applies its orientation, writing RGB8 HWC into
-    /// `out` (`geom.sample_len()` bytes).
+    /// Resizes `src` to the output size, applies its orientation and mirrors it if `flip`,
+    /// writing RGB8 HWC into `out` (`geom.sample_len()` bytes).
     pub(crate) fn resize_orient(
+        &mut self,
+        src: &Decoded<'_>,
+        geom: &Geometry,
+        flip: bool,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        self.resize_orient_unflipped(src, geom, out)?;
+        if flip {
+            augment::flip_horizontal(out, geom.width as usize);
+        }
+        Ok(())
+    }
+
+    fn resize_orient_unflipped(
         &mut self,
         src: &Decoded<'_>,
         geom: &Geometry,
@@ -221,11 +270,11 @@ impl Resizer {
             (geom.width, geom.height)
         };
         if o <= 1 {
-            return self.resize(src, rw, rh, geom.mode, geom.filter, out);
+            return self.resize(src, rw, rh, geom, out);
         }
         let mut tmp = std::mem::take(&mut self.tmp);
         tmp.resize(geom.sample_len(), 0);
-        let r = self.resize(src, rw, rh, geom.mode, geom.filter, &mut tmp);
+        let r = self.resize(src, rw, rh, geom, &mut tmp);
         if r.is_ok() {
             orient(&tmp, rw as usize, rh as usize, o, out);
         }
@@ -238,27 +287,29 @@ impl Resizer {
         src: &Decoded<'_>,
         w: u32,
         h: u32,
-        mode: ResizeMode,
-        filter: ResizeFilter,
+        geom: &Geometry,
         out: &mut [u8],
     ) -> Result<(), String> {
         let (sw, sh) = (src.width, src.height);
-        let region = Geometry {
-            width: w,
-            height: h,
-            mode,
-            filter,
-        }
-        .covered_region(sw, sh, w, h);
+        let crop = src.crop.unwrap_or_else(|| {
+            let region = geom.covered_region(sw, sh, w, h);
+            Rect {
+                x: (f64::from(sw) - region.0) / 2.0,
+                y: (f64::from(sh) - region.1) / 2.0,
+                w: region.0,
+                h: region.1,
+            }
+        });
+        let region = (crop.w, crop.h);
         let within_2x = region.0 <= 2.0 * f64::from(w) && region.1 <= 2.0 * f64::from(h);
-        let antialias = filter == ResizeFilter::Antialiased || !within_2x;
+        let antialias = geom.filter == ResizeFilter::Antialiased || !within_2x;
         let rgb = match src.pixels {
             Pixels::Rgb(rgb) => rgb,
             Pixels::Planes(planes) => {
-                return self.resize_planes(&planes, (sw, sh), region, (w, h), antialias, out)
+                return self.resize_planes(&planes, crop, (w, h), antialias, out)
             }
         };
-        if src.width == w && src.height == h {
+        if src.crop.is_none() && src.width == w && src.height == h {
             out.copy_from_slice(rgb);
             return Ok(());
         }
@@ -283,8 +334,8 @@ impl Resizer {
             rgb,
             rw,
             rh,
-            ((f64::from(sw) - region.0) / 2.0 / fxf, region.0 / fxf),
-            ((f64::from(sh) - region.1) / 2.0 / fyf, region.1 / fyf),
+            (crop.x / fxf, region.0 / fxf),
+            (crop.y / fyf, region.1 / fyf),
         );
         let r = self
             .inner
@@ -296,15 +347,14 @@ impl Resizer {
         r
     }
 
-    /// Resizes each plane of a JPEG decoded to planes (`sw`×`sh` pixels, of which `region`
-    /// is centred in the output) onto `w`×`h`, then converts the result to RGB8 in `out`.
-    /// Chroma samples sit at the centre of the pixels they cover (JFIF), so a plane with
-    /// `ratio` samples a pixel maps the same region scaled by `ratio`.
+    /// Resizes the box `crop` of each plane of a JPEG decoded to planes onto `w`×`h`, then
+    /// converts the result to RGB8 in `out`. Chroma samples sit at the centre of the pixels
+    /// they cover (JFIF), so a plane with `ratio` samples a pixel maps the same box scaled by
+    /// `ratio`.
     fn resize_planes(
         &mut self,
         planes: &Planes<'_>,
-        (sw, sh): (u32, u32),
-        region: (f64, f64),
+        crop: Rect,
         (w, h): (u32, u32),
         antialias: bool,
         out: &mut [u8],
@@ -323,8 +373,8 @@ impl Resizer {
                 height: ph,
                 stride: planes.stride[i],
                 channels: 1,
-                x: ((f64::from(sw) - region.0) / 2.0 * rx, region.0 * rx),
-                y: ((f64::from(sh) - region.1) / 2.0 * ry, region.1 * ry),
+                x: (crop.x * rx, crop.w * rx),
+                y: (crop.y * ry, crop.h * ry),
             };
             r = self.inner.resample(&source, w, h, antialias, plane_out);
             if r.is_err() {
@@ -706,6 +756,11 @@ pub(crate) struct Decoded<'a> {
     pub(crate) height: u32,
     /// EXIF orientation still to apply (1 = none).
     pub(crate) orientation: u8,
+    /// The box of these pixels (stored frame) a cropping transform resizes; `None` for the
+    /// fits, whose region follows from the output size.
+    pub(crate) crop: Option<Rect>,
+    /// The stored frame's size at full scale (before DCT scaling or cropping).
+    pub(crate) full: (u32, u32),
 }
 
 /// The pixels of a [`Decoded`] image.
@@ -771,11 +826,13 @@ mod tests {
             width: w,
             height: h,
             orientation: 1,
+            crop: None,
+            full: (w, h),
         };
         let g = geom(160, 160, ResizeMode::Stretch);
         let mut r = Resizer::new();
         let mut out = vec![0u8; g.sample_len()];
-        r.resize_orient(&d, &g, &mut out).unwrap();
+        r.resize_orient(&d, &g, false, &mut out).unwrap();
         let direct = resample::Source::rgb(
             &rgb,
             w as usize,
@@ -797,8 +854,9 @@ mod tests {
         Geometry {
             width: w,
             height: h,
-            mode,
+            transform: mode.into(),
             filter: ResizeFilter::default(),
+            flip: 0.0,
         }
     }
 
@@ -864,10 +922,12 @@ mod tests {
             width: sw,
             height: sh,
             orientation: 1,
+            crop: None,
+            full: (sw, sh),
         };
         let mut out = vec![0u8; g.sample_len()];
         Resizer::new()
-            .resize_orient(&decoded, &g, &mut out)
+            .resize_orient(&decoded, &g, false, &mut out)
             .unwrap();
         out
     }

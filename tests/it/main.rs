@@ -13,6 +13,7 @@ mod pipeline;
 mod shard;
 mod shutdown;
 mod staging;
+mod transform;
 mod tune;
 mod turbo_exact;
 mod webdataset;

@@ -9,7 +9,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand, ValueEnum};
 use imagefeed::{
     procinfo, Device, Dtype, JpegDecoder, Layout, Loader, LoaderState, OnError, ResizeFilter,
-    ShardPadding, Source, SourceKind,
+    ShardPadding, Source, SourceKind, Transform,
 };
 use std::io::Write as _;
 
@@ -157,6 +157,30 @@ struct BenchArgs {
     /// 2x, as tf.image.resize).
     #[arg(long, value_enum, default_value_t = FilterArg::Antialiased)]
     filter: FilterArg,
+    /// Which box of each image becomes the sample: stretch (the whole image),
+    /// shorter-side-center-crop, center-crop (evaluation: the shorter side resized to
+    /// min(H, W) / --crop-fraction, then the centre) or random-resized-crop (training: a new
+    /// box every epoch, see --crop-scale and --crop-ratio).
+    #[arg(long, value_enum, default_value_t = TransformArg::Stretch)]
+    transform: TransformArg,
+    /// With random-resized-crop: the range of the box's area, as a fraction of the image's.
+    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [0.08, 1.0])]
+    crop_scale: Vec<f64>,
+    /// With random-resized-crop: the range of the box's aspect ratio (width / height).
+    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [0.75, 4.0 / 3.0])]
+    crop_ratio: Vec<f64>,
+    /// With center-crop: the fraction of the resized shorter side kept.
+    #[arg(long, default_value_t = 0.875)]
+    crop_fraction: f64,
+    /// Probability of mirroring each sample left to right [default: 0.5 with
+    /// random-resized-crop, else 0].
+    #[arg(long)]
+    flip: Option<f64>,
+    /// With --cache and random-resized-crop: the longest side of the image the cache records
+    /// for each sample, from which each epoch cuts its box [default: twice the output's
+    /// longer side].
+    #[arg(long)]
+    cache_max_side: Option<u32>,
     /// Images over this many pixels are refused.
     #[arg(long)]
     max_pixels: Option<u64>,
@@ -238,6 +262,14 @@ enum PaddingArg {
     EqualBatches,
     Repeat,
     Drop,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TransformArg {
+    Stretch,
+    ShorterSideCenterCrop,
+    CenterCrop,
+    RandomResizedCrop,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -556,6 +588,18 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     // different plan, delivering repeats and gaps).
     let plan = (a.state_out.is_some() || a.resume_from.is_some())
         .then(|| plan_fingerprint(&source, a, default_shuffle_buffer));
+    let transform = match a.transform {
+        TransformArg::Stretch => Transform::Stretch,
+        TransformArg::ShorterSideCenterCrop => Transform::ShorterSideCenterCrop,
+        TransformArg::CenterCrop => Transform::CenterCrop {
+            crop_fraction: a.crop_fraction,
+        },
+        TransformArg::RandomResizedCrop => Transform::RandomResizedCrop {
+            scale: (a.crop_scale[0], a.crop_scale[1]),
+            ratio: (a.crop_ratio[0], a.crop_ratio[1]),
+        },
+    };
+    let transform_name = transform.name();
     let mut builder = Loader::builder(source)
         .batch_size(a.batch_size)
         .decode_threads(a.threads)
@@ -579,6 +623,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .seed(a.seed)
         .jpeg_decoder(a.decoder.get())
         .resize_filter(a.filter.get())
+        .transform(transform)
         .accept_jpeg_warnings(a.accept_jpeg_warnings)
         .device(parse_device(&a.device)?);
     if let Some(p) = a.max_pixels {
@@ -589,6 +634,12 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     }
     if let Some(c) = &a.cache {
         builder = builder.cache(c);
+    }
+    if let Some(p) = a.flip {
+        builder = builder.flip_horizontal(p);
+    }
+    if let Some(s) = a.cache_max_side {
+        builder = builder.cache_max_side(s);
     }
     builder = builder.shard_from_env()?;
     if a.rank.is_some() || a.world_size.is_some() {
@@ -724,6 +775,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "batch_write_seconds": s.batch_write.as_secs_f64(),
             "kernels": imagefeed::fuzzing::simd_kernels(),
             "decoder": imagefeed::decoder_info().to_string(),
+            "transform": transform_name,
         });
         if let Device::Cuda(n) = loader.device() {
             gpu_report(&mut report, n, &s, device_wait, a.json);

@@ -1,0 +1,259 @@
+//! Training and evaluation transforms through the loader: random-resized-crop and flip are a
+//! function of (seed, epoch, dataset index) alone (threads, resumption, ranks, caches), the
+//! crop path refuses hostile files by name, and every transform yields images of every kind.
+
+use std::collections::HashMap;
+
+use imagefeed::{Dtype, Loader, LoaderBuilder, OnError, Source, Transform};
+
+use crate::common::{corpus_source, subset, testdata};
+
+/// Each delivered sample's `u8` pixels by dataset index.
+fn samples(
+    batches: impl Iterator<Item = Result<imagefeed::Batch, imagefeed::Error>>,
+) -> HashMap<u64, Vec<u8>> {
+    let mut out = HashMap::new();
+    for b in batches {
+        let b = b.unwrap();
+        let px = b.as_u8().unwrap();
+        let n = px.len() / b.len();
+        for (i, &index) in b.indices().iter().enumerate() {
+            out.insert(index, px[i * n..(i + 1) * n].to_vec());
+        }
+    }
+    out
+}
+
+/// Every file of a testdata/ folder, label 0.
+fn files_in(dir: &str) -> Source {
+    let mut files: Vec<_> = std::fs::read_dir(testdata(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    Source::from_entries(files.into_iter().map(|p| (p, 0u32))).unwrap()
+}
+
+fn train(source: Source) -> LoaderBuilder {
+    Loader::builder(source)
+        .transform(Transform::random_resized_crop())
+        .dtype(Dtype::U8)
+        .image_size(48)
+        .batch_size(8)
+        .seed(11)
+}
+
+#[test]
+fn random_crops_are_the_same_at_any_thread_count_and_new_each_epoch() {
+    let source = subset(&corpus_source(), 24);
+    let run = |threads: usize, epoch: u64| {
+        let loader = train(source.clone())
+            .decode_threads(threads)
+            .build()
+            .unwrap();
+        samples(loader.epoch(epoch))
+    };
+    let one = run(1, 0);
+    assert_eq!(one.len(), 24);
+    assert_eq!(one, run(2, 0), "2 threads");
+    assert_eq!(one, run(4, 0), "4 threads");
+    let next = run(2, 1);
+    let same = one.iter().filter(|(i, px)| next[*i] == **px).count();
+    assert!(
+        same <= 1,
+        "{same} of 24 samples repeat their crop in the next epoch"
+    );
+}
+
+#[test]
+fn resuming_and_sharding_draw_the_same_crops() {
+    let source = subset(&corpus_source(), 24);
+    let whole = samples(train(source.clone()).build().unwrap().epoch(2));
+    // Resumed after two batches of epoch 2.
+    let loader = train(source.clone()).build().unwrap();
+    let mut first = loader.epoch(2);
+    let mut seen = samples(first.by_ref().take(2));
+    let state = first.state();
+    drop(first);
+    seen.extend(samples(loader.resume(&state)));
+    assert_eq!(seen, whole);
+    // Each rank of two draws, for each of its samples, the crop of the unsharded run.
+    for rank in 0..2 {
+        let part = samples(
+            train(source.clone())
+                .shard(rank, 2)
+                .build()
+                .unwrap()
+                .epoch(2),
+        );
+        assert!(part.len() >= 12);
+        for (i, px) in &part {
+            assert_eq!(&whole[i], px, "rank {rank}, sample {i}");
+        }
+    }
+}
+
+#[test]
+fn flips_follow_the_probability() {
+    let source = subset(&corpus_source(), 16);
+    let run = |p: f64| {
+        samples(
+            Loader::builder(source.clone())
+                .dtype(Dtype::U8)
+                .image_size(32)
+                .flip_horizontal(p)
+                .build()
+                .unwrap()
+                .epoch(0),
+        )
+    };
+    let (plain, all) = (run(0.0), run(1.0));
+    for (i, px) in &plain {
+        let mut mirrored = px.clone();
+        for row in mirrored.chunks_exact_mut(32 * 3) {
+            let flipped: Vec<u8> = row.chunks_exact(3).rev().flatten().copied().collect();
+            row.copy_from_slice(&flipped);
+        }
+        assert_eq!(all[i], mirrored, "sample {i}");
+    }
+    // With the default 0.5, some samples are mirrored and some are not.
+    let half = run(0.5);
+    let flipped = plain.iter().filter(|(i, px)| half[*i] != **px).count();
+    assert!((2..=14).contains(&flipped), "{flipped} of 16 flipped");
+}
+
+/// A cached epoch is cut from the recorded base image: another crop than the epoch before,
+/// the same bits for the same (seed, epoch) in another run, whether the cache was being
+/// written or read.
+#[test]
+fn cached_epochs_stay_random_and_reproducible() {
+    let source = subset(&corpus_source(), 16);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("train.cache");
+    let loader = || train(source.clone()).cache(&cache).build().unwrap();
+    let first = loader();
+    let e0 = samples(first.epoch(0)); // writes the cache
+    assert!(first.cache_size_on_disk().is_some());
+    let e1 = samples(first.epoch(1)); // reads it
+    let same = e0.iter().filter(|(i, px)| e1[*i] == **px).count();
+    assert!(
+        same <= 1,
+        "{same} of 16 cached samples repeat the previous epoch's crop"
+    );
+    let again = loader();
+    assert_eq!(samples(again.epoch(1)), e1);
+    assert_eq!(samples(again.epoch(0)), e0);
+    // A cache of fitted samples is not reused for random crops, nor the reverse.
+    let plain = Loader::builder(source.clone())
+        .dtype(Dtype::U8)
+        .image_size(48)
+        .cache(&cache)
+        .build()
+        .unwrap();
+    let fitted = samples(plain.epoch(0));
+    assert_ne!(fitted, e0);
+}
+
+/// Every file kind in testdata/valid/ goes through every transform.
+#[test]
+fn every_file_kind_takes_every_transform() {
+    let source = files_in("valid");
+    for t in [
+        Transform::Stretch,
+        Transform::ShorterSideCenterCrop,
+        Transform::center_crop(),
+        Transform::random_resized_crop(),
+        Transform::RandomResizedCrop {
+            scale: (0.01, 0.02),
+            ratio: (0.2, 5.0),
+        },
+    ] {
+        let loader = Loader::builder(source.clone())
+            .transform(t)
+            .image_size_hw(40, 56)
+            .build()
+            .unwrap();
+        let n: usize = loader.epoch(0).map(|b| b.unwrap().len()).sum();
+        assert_eq!(n, source.len(), "{t:?}");
+    }
+}
+
+/// Damaged files fail through the crop path as through the whole decode: an error naming the
+/// file, in every epoch (a truncated file whose box lies above the cut included).
+#[test]
+fn hostile_files_fail_by_name_through_the_crop_path() {
+    let dir = tempfile::tempdir().unwrap();
+    // A photo cut to 60%: boxes in its top part decode before the cut.
+    let photo = std::fs::read(testdata("photos/photo_0.jpg")).unwrap();
+    let cut = dir.path().join("cut.jpg");
+    std::fs::write(&cut, &photo[..photo.len() * 6 / 10]).unwrap();
+    for epoch in 0..6 {
+        let loader = train(Source::from_entries([(cut.clone(), 0)]).unwrap())
+            .transform(Transform::RandomResizedCrop {
+                scale: (0.01, 0.02),
+                ratio: (1.0, 1.0),
+            })
+            .build()
+            .unwrap();
+        let e = loader.epoch(epoch).next().unwrap().unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("cut.jpg") && msg.contains("truncated"),
+            "{msg}"
+        );
+    }
+    let corrupt = files_in("corrupt");
+    let loader = train(corrupt.clone())
+        .on_error(OnError::SKIP_ALL)
+        .build()
+        .unwrap();
+    let mut batches = loader.epoch(0);
+    let delivered: usize = batches.by_ref().map(|b| b.unwrap().len()).sum();
+    let stats = batches.stats();
+    assert_eq!(delivered as u64 + stats.skipped, corrupt.len() as u64);
+    let loader = train(corrupt).build().unwrap();
+    for b in loader.epoch(0) {
+        if let Err(e) = b {
+            assert!(e.to_string().contains("corrupt/"), "{e}");
+            return;
+        }
+    }
+    panic!("no corrupt file failed");
+}
+
+#[test]
+fn bad_parameters_are_refused_by_build() {
+    let source = subset(&corpus_source(), 4);
+    for (t, flip, what) in [
+        (
+            Transform::RandomResizedCrop {
+                scale: (0.5, 0.1),
+                ratio: (0.75, 1.33),
+            },
+            0.5,
+            "scale",
+        ),
+        (
+            Transform::RandomResizedCrop {
+                scale: (0.1, 1.0),
+                ratio: (0.0, 1.33),
+            },
+            0.5,
+            "ratio",
+        ),
+        (
+            Transform::CenterCrop { crop_fraction: 1.5 },
+            0.0,
+            "fraction",
+        ),
+        (Transform::Stretch, 1.5, "probability"),
+        (Transform::Stretch, f64::NAN, "probability"),
+    ] {
+        let e = Loader::builder(source.clone())
+            .transform(t)
+            .flip_horizontal(flip)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains(what), "{e}");
+    }
+}
