@@ -13,10 +13,12 @@
 //!  fetch          reads the bytes of tar shards and objects as streams, within a byte budget
 //!    │                                             (pipeline/readahead.rs, pipeline/fetch.rs)
 //!    ▼
-//!  decode ×N      JPEG/PNG -> RGB8, DCT-scaled where it still covers the target (decode/),
-//!  + transform    resized to 160x160 u8 and oriented (transform/)   (pipeline/decode_loop.rs)
-//!    │ ◀─▶ cache  on disk: the first epoch writes every u8 sample, later epochs read them
-//!    │            instead of decoding (cache/)
+//!  decode ×N      JPEG/PNG -> RGB8, DCT-scaled where it still covers the target, only the
+//!  + transform    crop's rows and columns (decode/); the crop (random per seed, epoch and
+//!                 index) resized to 160x160 u8, oriented, flipped (transform/)
+//!    │                                                         (pipeline/decode_loop.rs)
+//!    │ ◀─▶ cache  on disk: the first epoch writes every u8 sample (or, for a random crop,
+//!    │            a base image each epoch crops anew), later epochs read them (cache/)
 //!    ▼
 //!  hand-off       a ring that restores plan order, whatever the threads' timing
 //!    ▼                                                               (pipeline/handoff.rs)
