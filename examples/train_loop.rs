@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
         for batch in loader.epoch(epoch) {
             let batch = batch?;
-            let x = batch.as_f32().ok_or("expected f32 batches")?;
+            let x = batch.as_f32()?;
             let mut grad_w = vec![0f32; CLASSES * FEATURES];
             let mut grad_b = [0f32; CLASSES];
             for (xi, &label) in x.chunks_exact(FEATURES).zip(batch.labels()) {

@@ -5,6 +5,7 @@ use crossbeam_channel::Sender;
 use half::{bf16, f16};
 
 use crate::config::BatchFormat;
+use crate::error::Error;
 use crate::prefetch::{BatchParts, Staged};
 use crate::transform::{BatchStorage, Dtype, Layout, Normalizer};
 
@@ -112,6 +113,38 @@ impl Batcher {
         self.indices.clear();
         parts
     }
+}
+
+/// A batch's images taken by value ([`Batch::into_owned`]), in their dtype.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum OwnedImages {
+    /// `f32` values.
+    F32(Vec<f32>),
+    /// IEEE half-precision values.
+    F16(Vec<f16>),
+    /// bfloat16 values.
+    Bf16(Vec<bf16>),
+    /// Raw `u8` pixels.
+    U8(Vec<u8>),
+}
+
+/// A batch's buffers taken by value ([`Batch::into_owned`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OwnedBatch {
+    /// The images, `shape` in the batch's layout.
+    pub images: OwnedImages,
+    /// The label of each image.
+    pub labels: Vec<u32>,
+    /// The dataset index of each image.
+    pub indices: Vec<u64>,
+    /// `[n, height, width, 3]` (NHWC) or `[n, 3, height, width]` (NCHW).
+    pub shape: [usize; 4],
+    /// The epoch.
+    pub epoch: u64,
+    /// The position a [`LoaderState`](crate::LoaderState) resumes from after this batch.
+    pub position: u64,
 }
 
 /// The images of a batch, borrowed in their dtype.
@@ -246,40 +279,119 @@ impl Batch {
         self.parts().storage.as_bytes().len() >= self.elems() * self.format.dtype.size()
     }
 
-    fn host_images(&self) -> Option<Images<'_>> {
-        self.is_on_host().then(|| self.images())
-    }
-
-    /// The images as `f32`, if that is the dtype and they are in host memory.
-    pub fn as_f32(&self) -> Option<&[f32]> {
-        match self.host_images()? {
-            Images::F32(v) => Some(v),
-            _ => None,
+    fn host_images(&self, want: &str) -> Result<Images<'_>, Error> {
+        if self.is_on_host() {
+            Ok(self.images())
+        } else {
+            Err(Error::config(
+                "device",
+                format!(
+                    "the batch is in GPU memory only, not on the host: read it with Batch::cuda() \
+                     (as_{want} reads host batches)"
+                ),
+            ))
         }
     }
 
-    /// The images as `f16`, if that is the dtype and they are in host memory.
-    pub fn as_f16(&self) -> Option<&[f16]> {
-        match self.host_images()? {
-            Images::F16(v) => Some(v),
-            _ => None,
+    fn wrong_dtype(&self, want: &str) -> Error {
+        let have = self.format.dtype.name();
+        Error::config(
+            "dtype",
+            format!("the batch holds {have} images, not {want}: read it with as_{have}()"),
+        )
+    }
+
+    /// The images as `f32`: an error naming the batch's dtype if it is another, or if the
+    /// batch is in GPU memory only.
+    pub fn as_f32(&self) -> Result<&[f32], Error> {
+        match self.host_images("f32")? {
+            Images::F32(v) => Ok(v),
+            _ => Err(self.wrong_dtype("f32")),
         }
     }
 
-    /// The images as `bf16`, if that is the dtype and they are in host memory.
-    pub fn as_bf16(&self) -> Option<&[bf16]> {
-        match self.host_images()? {
-            Images::Bf16(v) => Some(v),
-            _ => None,
+    /// The images as `f16` (see [`Batch::as_f32`]).
+    pub fn as_f16(&self) -> Result<&[f16], Error> {
+        match self.host_images("f16")? {
+            Images::F16(v) => Ok(v),
+            _ => Err(self.wrong_dtype("f16")),
         }
     }
 
-    /// The images as `u8`, if that is the dtype and they are in host memory.
-    pub fn as_u8(&self) -> Option<&[u8]> {
-        match self.host_images()? {
-            Images::U8(v) => Some(v),
-            _ => None,
+    /// The images as `bf16` (see [`Batch::as_f32`]).
+    pub fn as_bf16(&self) -> Result<&[bf16], Error> {
+        match self.host_images("bf16")? {
+            Images::Bf16(v) => Ok(v),
+            _ => Err(self.wrong_dtype("bf16")),
         }
+    }
+
+    /// The images as `u8` (see [`Batch::as_f32`]).
+    pub fn as_u8(&self) -> Result<&[u8], Error> {
+        match self.host_images("u8")? {
+            Images::U8(v) => Ok(v),
+            _ => Err(self.wrong_dtype("u8")),
+        }
+    }
+
+    /// Takes the batch's buffers by value, without a copy: the images (exactly `len()` images,
+    /// in the batch's dtype and layout), labels and indices. The loader allocates a new buffer
+    /// in place of this one (a batch dropped instead goes back to its pool), so a training
+    /// step may keep the images, for example as a tensor's storage
+    /// (`Tensor::from_vec`), for as long as it likes; the memory it keeps is then its own, not
+    /// in the loader's budget. An error if the batch is in GPU memory only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use imagefeed::{Loader, OwnedImages, Source};
+    /// let loader = Loader::builder(Source::from_dir("testdata/classes")?).batch_size(4).build()?;
+    /// for batch in loader.epoch(0) {
+    ///     let owned = batch?.into_owned()?;
+    ///     let OwnedImages::F32(pixels) = owned.images else { unreachable!("f32 is the default") };
+    ///     assert_eq!(pixels.len(), owned.shape.iter().product::<usize>());
+    ///     assert_eq!(owned.labels.len(), owned.shape[0]);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn into_owned(mut self) -> Result<OwnedBatch, Error> {
+        self.host_images(self.format.dtype.name())?;
+        let shape = self.shape();
+        let n = self.elems();
+        let (epoch, position) = (self.epoch, self.position);
+        // Taken, not returned to the pool: Drop finds nothing to give back.
+        let Some(mut parts) = self.parts.take() else {
+            return Err(Error::config(
+                "batch",
+                "the batch's buffers were already taken",
+            ));
+        };
+        drop(parts.staged.take());
+        let images = match parts.storage {
+            BatchStorage::F32(mut v) => {
+                v.truncate(n);
+                OwnedImages::F32(v)
+            }
+            BatchStorage::F16(mut v) => {
+                v.truncate(n);
+                OwnedImages::F16(v)
+            }
+            BatchStorage::Bf16(mut v) => {
+                v.truncate(n);
+                OwnedImages::Bf16(v)
+            }
+            BatchStorage::U8(mut v) => {
+                v.truncate(n);
+                OwnedImages::U8(v)
+            }
+        };
+        Ok(OwnedBatch {
+            images,
+            labels: parts.labels,
+            indices: parts.indices,
+            shape,
+            epoch,
+            position,
+        })
     }
 
     /// The images' bytes in native byte order, whatever the dtype (empty for a device-only

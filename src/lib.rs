@@ -110,7 +110,7 @@ mod stats;
 mod transform;
 mod tune;
 
-pub use batch::{Batch, Images};
+pub use batch::{Batch, Images, OwnedBatch, OwnedImages};
 pub use budget::MemoryBudget;
 pub use builder::LoaderBuilder;
 pub use config::{CachePolicy, Device, ShardPadding};
@@ -129,3 +129,15 @@ pub use cudarc;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub use prefetch::cuda::CudaBatch;
+
+// A loader is shared between threads; an epoch's iterator and its batches move to others
+// (a training loop on another thread, a framework's data-loader adapter). Checked at compile
+// time, with every feature set.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Loader>();
+    send::<Batches>();
+    send::<Batch>();
+    send::<LoaderState>();
+};

@@ -48,6 +48,8 @@ pub struct Loader {
     staging: Staging,
     cache: Option<Arc<Cache>>,
     normalize_pool: std::sync::OnceLock<Option<Arc<rayon::ThreadPool>>>,
+    /// The fingerprints a [`LoaderState`] records (source, plan settings), made on first use.
+    plan_fingerprints: std::sync::OnceLock<(u64, u64)>,
     knobs: Arc<Mutex<Knobs>>,
     pools: crate::pipeline::Pools,
 }
@@ -77,6 +79,7 @@ impl Loader {
             staging,
             cache,
             normalize_pool: std::sync::OnceLock::new(),
+            plan_fingerprints: std::sync::OnceLock::new(),
             knobs,
             pools,
         }
@@ -92,12 +95,13 @@ impl Loader {
 
     /// Continues an epoch from a saved [`LoaderState`] (from [`Batches::state`]): delivers
     /// exactly the samples of that epoch not yet delivered, in the same order, then ends.
-    /// Needs the same source and settings as the loader that saved it: another seed, rank or
-    /// world size is an error yielded by the iterator; another source, shuffle, shuffle buffer
-    /// or shard padding is not recorded in the state and would resume a different plan (the
-    /// command line's `--state-out` adds a fingerprint of them and checks it).
+    /// Needs the same source and settings as the loader that saved it: another seed, rank,
+    /// world size, source (its paths and labels) or setting that orders the epoch (shuffle,
+    /// shuffle buffer, shard padding) is an error yielded by the iterator, naming what changed,
+    /// never a silently different plan.
     pub fn resume(&self, state: &LoaderState) -> Batches {
         let cfg = &self.cfg;
+        let (source, settings) = self.plan_fingerprints();
         let mismatch = if state.seed != cfg.seed {
             Some(format!(
                 "the state has seed {}, the loader {}",
@@ -108,6 +112,20 @@ impl Loader {
                 "the state is for rank {} of {}, the loader is rank {} of {}",
                 state.rank, state.world_size, cfg.rank, cfg.world_size
             ))
+        } else if state.source != 0 && state.source != source {
+            Some(
+                "the state was saved by a run over another source (another list of paths or \
+                 labels): resuming it here would repeat and skip samples; resume with the \
+                 source that saved it"
+                    .into(),
+            )
+        } else if state.settings != 0 && state.settings != settings {
+            Some(
+                "the state was saved with other settings that order the epoch (shuffle, \
+                 shuffle_buffer or shard_padding): resuming it here would repeat and skip \
+                 samples; resume with the settings that saved it"
+                    .into(),
+            )
         } else {
             None
         };
@@ -122,17 +140,44 @@ impl Loader {
                 )),
                 stats: self.stats.clone(),
                 state: *state,
+                remaining: 0,
             },
         }
     }
 
+    /// Fingerprints of the source (its length, paths and labels) and of the settings that
+    /// order an epoch besides the seed, rank and world size.
+    fn plan_fingerprints(&self) -> (u64, u64) {
+        *self.plan_fingerprints.get_or_init(|| {
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            self.source.fingerprint(&mut h, false);
+            let cfg = &self.cfg;
+            let settings = format!(
+                "shuffle={} buffer={} padding={:?}",
+                cfg.shuffle, cfg.shuffle_buffer, cfg.shard_padding
+            );
+            // Never 0, which a state uses for "not recorded".
+            (
+                h.digest().max(1),
+                xxhash_rust::xxh3::xxh3_64(settings.as_bytes()).max(1),
+            )
+        })
+    }
+
     fn start(&self, epoch: u64, position: usize) -> Batches {
+        let (source, settings) = self.plan_fingerprints();
+        // Batches still to come when none is skipped (positions fall on batch boundaries).
+        let remaining = self
+            .batches_per_epoch()
+            .saturating_sub(position / self.cfg.batch_size);
         let state = LoaderState {
             seed: self.cfg.seed,
             epoch,
             position: position as u64,
             rank: self.cfg.rank,
             world_size: self.cfg.world_size,
+            source,
+            settings,
         };
         let started = pipeline::start(
             self.cfg.clone(),
@@ -157,6 +202,7 @@ impl Loader {
                 pending: None,
                 stats: self.stats.clone(),
                 state,
+                remaining,
             },
             Err(e) => Batches {
                 running: None,
@@ -164,6 +210,7 @@ impl Loader {
                 pending: Some(e),
                 stats: self.stats.clone(),
                 state,
+                remaining: 0,
             },
         }
     }
@@ -272,6 +319,8 @@ pub struct Batches {
     pending: Option<Error>,
     stats: Arc<StatsCell>,
     state: LoaderState,
+    /// Batches still to come if no sample is skipped.
+    remaining: usize,
 }
 
 impl Batches {
@@ -307,6 +356,17 @@ impl Batches {
 impl Iterator for Batches {
     type Item = Result<Batch, Error>;
 
+    /// At most the batches left of the epoch (plus an error that would end it); skipped
+    /// samples or an error can end it sooner, so the lower bound is 0 (an error already
+    /// waiting: exactly 1).
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match (&self.pending, &self.running) {
+            (Some(_), _) => (1, Some(1)),
+            (None, Some(_)) => (0, Some(self.remaining.saturating_add(1))),
+            (None, None) => (0, Some(0)),
+        }
+    }
+
     fn next(&mut self) -> Option<Self::Item> {
         if let Some(e) = self.pending.take() {
             return Some(Err(e));
@@ -317,6 +377,7 @@ impl Iterator for Batches {
         add(&self.stats.consumer_wait_ns, waited.elapsed());
         match received {
             Ok(Ok(batch)) => {
+                self.remaining = self.remaining.saturating_sub(1);
                 self.state.position = batch.position();
                 self.stats.images.fetch_add(batch.len() as u64, Relaxed);
                 self.stats.batches.fetch_add(1, Relaxed);
@@ -446,10 +507,26 @@ impl std::fmt::Debug for Batches {
     }
 }
 
-/// Where a loader is in its epochs: a few numbers a training checkpoint can save. A loader
-/// with the same source and settings resumes from it with exactly the samples not yet
-/// delivered ([`Loader::resume`](crate::Loader::resume)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a loader is in its epochs: a few numbers a training checkpoint can save (its
+/// `Display` form is one line, which `parse` reads back). A loader with the same source and
+/// settings resumes from it with exactly the samples not yet delivered
+/// ([`Loader::resume`](crate::Loader::resume)); the fingerprints let it refuse a state saved
+/// over another source or with other ordering settings.
+///
+/// ```
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// use imagefeed::{Loader, LoaderState, Source};
+/// let loader = Loader::builder(Source::from_dir("testdata/classes")?).batch_size(2).build()?;
+/// let mut batches = loader.epoch(0);
+/// batches.next().transpose()?;
+/// let saved = batches.state().to_string(); // into the checkpoint
+/// drop(batches);
+/// let state: LoaderState = saved.parse()?;
+/// let rest: usize = loader.resume(&state).map(|b| b.map(|b| b.len())).sum::<Result<_, _>>()?;
+/// assert_eq!(rest + 2, loader.len());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LoaderState {
     /// The loader's seed.
     pub seed: u64,
@@ -463,21 +540,27 @@ pub struct LoaderState {
     pub rank: usize,
     /// The world size.
     pub world_size: usize,
+    /// A fingerprint of the source's paths and labels (0: not recorded, not checked).
+    pub source: u64,
+    /// A fingerprint of the settings that order an epoch besides the seed, rank and world
+    /// size: shuffle, shuffle buffer, shard padding (0: not recorded, not checked).
+    pub settings: u64,
 }
 
 impl std::fmt::Display for LoaderState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "imagefeed-state-v1 seed={} epoch={} position={} rank={} world_size={}",
-            self.seed, self.epoch, self.position, self.rank, self.world_size
+            "imagefeed-state-v1 seed={} epoch={} position={} rank={} world_size={} source={:016x} settings={:016x}",
+            self.seed, self.epoch, self.position, self.rank, self.world_size, self.source, self.settings
         )
     }
 }
 
 impl std::str::FromStr for LoaderState {
     type Err = Error;
-    /// Parses the form [`Display`](std::fmt::Display) writes.
+    /// Parses the form [`Display`](std::fmt::Display) writes (a line without the
+    /// fingerprints, as written before they were recorded, parses with them unchecked).
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = || Error::config("resume", format!("`{s}` is not an imagefeed-state-v1 line"));
         let mut words = s.split_whitespace();
@@ -492,12 +575,29 @@ impl std::str::FromStr for LoaderState {
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(bad)
         };
+        let (seed, epoch, position) = (get("seed")?, get("epoch")?, get("position")?);
+        let (rank, world_size) = (get("rank")? as usize, get("world_size")? as usize);
+        // The fingerprints; `plan=` (the command line's own fingerprint, written before the
+        // state had these) is ignored.
+        let (mut source, mut settings) = (0, 0);
+        for w in words {
+            let (key, value) = w.split_once('=').ok_or_else(bad)?;
+            let value = u64::from_str_radix(value, 16).map_err(|_| bad())?;
+            match key {
+                "source" => source = value,
+                "settings" => settings = value,
+                "plan" => {}
+                _ => return Err(bad()),
+            }
+        }
         Ok(LoaderState {
-            seed: get("seed")?,
-            epoch: get("epoch")?,
-            position: get("position")?,
-            rank: get("rank")? as usize,
-            world_size: get("world_size")? as usize,
+            seed,
+            epoch,
+            position,
+            rank,
+            world_size,
+            source,
+            settings,
         })
     }
 }

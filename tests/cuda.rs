@@ -83,7 +83,7 @@ fn issue_4_an_unusable_gpu_is_a_device_error_and_the_fallback_is_the_host() {
     for b in loader.epoch(0) {
         let b = b.unwrap();
         assert!(b.cuda().is_none());
-        assert!(b.as_f32().is_some());
+        assert!(b.as_f32().is_ok());
         n += b.len();
     }
     assert_eq!(n, loader.len());
@@ -188,7 +188,7 @@ fn issue_4_gpu_batches_are_device_only_and_wait_on_a_consumer_stream() {
         assert_ne!(dev.device_ptr(), 0);
         assert_eq!(dev.num_bytes(), dev.len() * 4);
         if !b.is_on_host() {
-            assert!(b.as_f32().is_none() && b.as_bytes().is_empty());
+            assert!(b.as_f32().is_err() && b.as_bytes().is_empty());
         }
         assert!(back.iter().all(|v| v.is_finite()));
     }

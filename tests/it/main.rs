@@ -5,6 +5,7 @@
 // A failed `unwrap` in a test is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+mod api;
 mod cache;
 mod common;
 mod decode;

@@ -582,12 +582,6 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             max: a.max_skipped.unwrap_or(u64::MAX),
         },
     };
-    // What fixes the order of an epoch's samples, for a state written here and checked on
-    // resuming: the source and the settings the plan depends on (LoaderState holds seed, rank
-    // and world size; another shuffle buffer or list would resume at the same position of a
-    // different plan, delivering repeats and gaps).
-    let plan = (a.state_out.is_some() || a.resume_from.is_some())
-        .then(|| plan_fingerprint(&source, a, default_shuffle_buffer));
     let transform = match a.transform {
         TransformArg::Stretch => Transform::Stretch,
         TransformArg::ShorterSideCenterCrop => Transform::ShorterSideCenterCrop,
@@ -668,9 +662,9 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     }
     let resume: Option<LoaderState> = match &a.resume_from {
         Some(p) => {
-            let state = read_state(p)?;
-            check_plan(p, plan)?;
-            Some(state)
+            // The state records the source's and the ordering settings' fingerprints: the
+            // loader refuses it if either differs.
+            Some(read_state(p)?)
         }
         None => None,
     };
@@ -722,8 +716,7 @@ fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             if a.max_batches == Some(delivered) {
                 let state = batches.state();
                 if let Some(p) = &a.state_out {
-                    let plan = plan.map_or(String::new(), |fp| format!(" plan={fp:016x}"));
-                    std::fs::write(p, format!("{state}{plan}\n"))
+                    std::fs::write(p, format!("{state}\n"))
                         .map_err(|e| format!("{}: {e}", p.display()))?;
                 }
                 eprintln!("imagefeed: stopped after {delivered} batches; state: {state}");
@@ -1036,43 +1029,6 @@ fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
 }
 
 /// The loader state in a `--state-out` file: one short line (a larger file is not one).
-/// A fingerprint of what fixes an epoch's plan besides the seed, rank and world size: the
-/// source (its length, every path and label) and the shuffle, shuffle buffer and padding
-/// settings.
-fn plan_fingerprint(source: &Source, a: &BenchArgs, default_shuffle_buffer: usize) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    source.fingerprint(&mut h, false);
-    let settings = format!(
-        "shuffle={} buffer={} padding={:?}",
-        !a.no_shuffle,
-        a.shuffle_buffer.unwrap_or(default_shuffle_buffer),
-        a.shard_padding
-    );
-    h.update(settings.as_bytes());
-    h.digest()
-}
-
-/// Refuses to resume from the state at `path` if it was written for another plan (its
-/// `plan=` fingerprint differs from this run's `plan`). States without one (written by a
-/// program through the library) are taken as they are.
-fn check_plan(path: &std::path::Path, plan: Option<u64>) -> Result<(), AnyError> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let saved = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("plan="))
-        .and_then(|v| u64::from_str_radix(v, 16).ok());
-    match (saved, plan) {
-        (Some(saved), Some(plan)) if saved != plan => Err(format!(
-            "{}: the state was saved by a run over another source or with other --shuffle-buffer, \
-             --no-shuffle or --shard-padding settings; resuming it here would repeat and skip \
-             samples (run with the settings that saved it)",
-            path.display()
-        )
-        .into()),
-        _ => Ok(()),
-    }
-}
-
 fn read_state(path: &std::path::Path) -> Result<LoaderState, AnyError> {
     use std::io::Read;
     let named = |e: std::io::Error| format!("{}: {e}", path.display());

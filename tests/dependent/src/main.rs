@@ -59,7 +59,7 @@ fn run(dir: &std::path::Path, epochs: u64) -> Result<(), Box<dyn std::error::Err
         let (mut images, mut batches) = (0usize, 0usize);
         for batch in loader.epoch(epoch) {
             let batch = batch?;
-            let pixels = batch.as_f32().ok_or("the default dtype is f32")?;
+            let pixels = batch.as_f32()?;
             if pixels.len() != batch.labels().len() * 160 * 160 * 3 {
                 return Err("a batch's pixels do not match its labels".into());
             }
