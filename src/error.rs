@@ -89,6 +89,8 @@ pub enum ErrorKind {
     },
     /// The GPU could not be used.
     Device(BoxError),
+    /// A training framework (candle, burn, tch) could not make a tensor of a batch.
+    Tensor(BoxError),
     /// A setting needs a cargo feature that this build does not have.
     FeatureDisabled {
         /// The cargo feature to enable.
@@ -225,6 +227,11 @@ impl Error {
     pub(crate) fn device(source: impl Into<BoxError>) -> Self {
         Self::new(ErrorKind::Device(source.into()))
     }
+    /// A framework's error while making a tensor of a batch (for adapter crates such as
+    /// `imagefeed-burn`).
+    pub fn tensor(source: impl Into<BoxError>) -> Self {
+        Self::new(ErrorKind::Tensor(source.into()))
+    }
     pub(crate) fn feature_disabled(feature: &'static str) -> Self {
         Self::new(ErrorKind::FeatureDisabled { feature })
     }
@@ -325,6 +332,7 @@ impl fmt::Display for Error {
                 write!(f, "invalid setting `{setting}`: {}", Escaped(reason))
             }
             ErrorKind::Device(e) => write!(f, "device error: {}", Escaped(&e.to_string())),
+            ErrorKind::Tensor(e) => write!(f, "tensor error: {}", Escaped(&e.to_string())),
             ErrorKind::FeatureDisabled { feature } => write!(
                 f,
                 "this build of imagefeed lacks the `{feature}` cargo feature; rebuild with `--features {feature}`"
@@ -363,7 +371,9 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &*self.0 {
             ErrorKind::Io { source, .. } | ErrorKind::Remote { source, .. } => source.source(),
-            ErrorKind::Decode { source, .. } | ErrorKind::Device(source) => source.source(),
+            ErrorKind::Decode { source, .. }
+            | ErrorKind::Device(source)
+            | ErrorKind::Tensor(source) => source.source(),
             ErrorKind::Spawn(source) => source.source(),
             ErrorKind::TooManyFailures { last, .. } => Some(last),
             _ => None,

@@ -107,6 +107,7 @@ mod rng;
 mod shuffle;
 mod source;
 mod stats;
+mod tensors;
 mod transform;
 mod tune;
 
