@@ -93,8 +93,7 @@ fn kernel_name(dtype: Dtype) -> &'static str {
 fn kernel_ptx() -> Result<String, String> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
     PTX.get_or_init(|| {
-        // SAFETY: only tries to dlopen libnvrtc under its usual names and closes it again.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        if !library_present(&NVRTC_NAMES) {
             return Err(
                 "NVRTC (libnvrtc.so, from the CUDA toolkit or the nvidia-cuda-nvrtc wheel) was \
                  not found by the dynamic loader"
@@ -121,11 +120,32 @@ fn no_driver(ordinal: usize) -> Error {
     ))
 }
 
-/// Whether libcuda can be loaded; cudarc panics on its first call if it cannot.
+/// The names libcuda goes by.
+const CUDA_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+/// The names libnvrtc goes by, newest first (cudarc looks for the version it was built for).
+const NVRTC_NAMES: [&str; 6] = [
+    "libnvrtc.so",
+    "libnvrtc.so.13",
+    "libnvrtc.so.12",
+    "libnvrtc.so.11.2",
+    "libnvrtc.so.11.1",
+    "libnvrtc.so.11.0",
+];
+
+/// Whether a library can be loaded under one of `names` (already loaded, as when cudarc links
+/// it, counts).
+fn library_present(names: &[&str]) -> bool {
+    names.iter().any(|name| {
+        // SAFETY: loads libcuda or libnvrtc and unloads it again, as cudarc's own check does;
+        // their initializers only set up the library.
+        unsafe { libloading::Library::new(*name) }.is_ok()
+    })
+}
+
+/// Whether libcuda can be loaded; cudarc panics on its first call if it cannot (when it loads
+/// it at run time).
 pub(crate) fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen libcuda under its usual names and closes it again; no
-    // library code runs besides the loader's.
-    unsafe { sys::is_culib_present() }
+    library_present(&CUDA_NAMES)
 }
 
 fn drv(what: &str, ordinal: usize) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
