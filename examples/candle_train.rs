@@ -78,9 +78,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Four fifths for training, the last fifth held out.
     let all = Source::open(&list)?;
     let split = all.len() * 4 / 5;
-    let part = |range: std::ops::Range<usize>| {
-        Source::from_entries(range.filter_map(|i| Some((all.path(i)?, all.label(i)?))))
-    };
     let common = |source: Source| {
         Loader::builder(source)
             .image_size(SIZE)
@@ -89,10 +86,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .normalize([0.5; 3], [0.25; 3])
             .seed(7)
     };
-    let train = common(part(0..split)?)
+    let train = common(all.slice(0..split)?)
         .transform(Transform::random_resized_crop())
         .build()?;
-    let held_out = common(part(split..all.len())?)
+    let held_out = common(all.slice(split..all.len())?)
         .transform(Transform::center_crop())
         .shuffle(false)
         .build()?;

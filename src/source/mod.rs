@@ -239,6 +239,34 @@ impl Source {
         Ok(Source::files(index))
     }
 
+    /// Samples `range` of a source of local files, as a new source with the same paths and
+    /// labels (the range is cut to the source): a train/held-out split, or one part of a
+    /// dataset. Class names are not carried over.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// let all = imagefeed::Source::from_dir("testdata/classes")?;
+    /// let split = all.len() * 4 / 5;
+    /// let (train, held_out) = (all.slice(0..split)?, all.slice(split..all.len())?);
+    /// assert_eq!(train.len() + held_out.len(), all.len());
+    /// assert_eq!(held_out.path(0), all.path(split));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) for an empty range, or for tar shards
+    /// and object storage, whose samples cannot be read apart from their shard or store.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Result<Source, Error> {
+        if self.kind() != SourceKind::Files {
+            return Err(Error::source(
+                self.index.origin.clone(),
+                "only a source of local files can be sliced (tar shards and objects are read as a whole)",
+            ));
+        }
+        let range = range.start.min(self.len())..range.end.min(self.len());
+        Source::from_entries(range.filter_map(|i| Some((self.path(i)?, self.label(i)?))))
+    }
+
     /// Opens whatever `path` names:
     /// - a URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `http(s)://…`): [`Source::from_url`];
     /// - a `.tar` file, or a folder holding `.tar` files: [`Source::from_tar_shards`] (the

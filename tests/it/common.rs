@@ -87,10 +87,7 @@ pub(crate) fn corpus_source() -> Source {
 
 /// The first `n` entries of `source`, as a new source with absolute paths.
 pub(crate) fn subset(source: &Source, n: usize) -> Source {
-    Source::from_entries(
-        (0..n.min(source.len())).map(|i| (source.path(i).unwrap(), source.label(i).unwrap())),
-    )
-    .unwrap()
+    source.slice(0..n).unwrap()
 }
 
 /// The colour that codes sample `id` (0..512) in an id-coded image: three levels 30 apart per

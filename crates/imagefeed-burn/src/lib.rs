@@ -362,10 +362,8 @@ fn slice_source(source: &Source, start: usize, end: usize) -> Result<Source, Err
     if kind != SourceKind::Files {
         return Err(Error::Slice { kind, start, end });
     }
-    let end = end.min(source.len());
-    let entries = (start.min(end)..end).filter_map(|i| Some((source.path(i)?, source.label(i)?)));
-    // An empty range is `from_entries`'s "no entries" error.
-    Ok(Source::from_entries(entries)?)
+    // Cut to the source; an empty range is an error naming the source.
+    Ok(source.slice(start..end)?)
 }
 
 /// One epoch of an [`ImagefeedDataLoader`].
