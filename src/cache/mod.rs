@@ -14,7 +14,8 @@
 //! - **Later epochs and runs** map `PATH` read-only (memmap2) and read records at random, so
 //!   the per-epoch permutation still applies; normalization happens in the batcher as on the
 //!   uncached path, so batches are bit-identical. Pixels come through the page cache: the
-//!   loader's own heap stays at its budget.
+//!   loader's own heap stays at its budget, and each record's pages leave the process's
+//!   mapping once copied out (`madvise(DONTNEED)`), so its RSS does not grow by the file.
 //! - **Stale or unusable caches**: the header records the sample shape, the transform settings
 //!   and a fingerprint of the source (every entry's path, size, modification time and label).
 //!   A mismatch, a missing footer or a wrong length makes the loader log one line saying why and
@@ -493,16 +494,19 @@ impl Cache {
         let bytes = map
             .record(u64::from(index))
             .ok_or_else(|| format!("record {index} is out of range"))?;
-        match format::decode_record(bytes, index, out.len())? {
+        let sample = match format::decode_record(bytes, index, out.len())? {
             Record::Pixels { label, pixels } => {
                 out.copy_from_slice(pixels);
-                Ok(CachedSample::Pixels { label })
+                CachedSample::Pixels { label }
             }
-            Record::Failed { label, message } => Ok(CachedSample::Failed {
+            Record::Failed { label, message } => CachedSample::Failed {
                 label,
                 message: message.to_owned(),
-            }),
-        }
+            },
+        };
+        // Copied out: the mapped pages need not stay in the process (see `CacheMap::release`).
+        map.release(u64::from(index));
+        Ok(sample)
     }
 }
 
