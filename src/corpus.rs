@@ -70,6 +70,30 @@ fn decode_photo(bytes: &[u8]) -> Result<Photo, Error> {
 /// [`ErrorKind::Io`](crate::ErrorKind::Io) naming the file that could not be written, or that
 /// exists already.
 pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary, Error> {
+    generate_sized(out_dir, count, seed, None)
+}
+
+/// [`generate`], with every image's long side drawn from `long_side` (pixels, inclusive;
+/// `None`: the ImageNet-like mix of [`generate`]). `Some((4000, 4000))` writes 12-megapixel
+/// photos (4000×3000 where the crop is 4:3).
+///
+/// # Errors
+/// As [`generate`]; [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for an
+/// empty range or a side under 16 or over 8192 pixels.
+pub fn generate_sized(
+    out_dir: &Path,
+    count: usize,
+    seed: u64,
+    long_side: Option<(u32, u32)>,
+) -> Result<CorpusSummary, Error> {
+    if let Some((lo, hi)) = long_side {
+        if lo < 16 || hi > 8192 || lo > hi {
+            return Err(Error::config(
+                "long_side",
+                format!("{lo}..={hi}: need 16 <= min <= max <= 8192"),
+            ));
+        }
+    }
     let list = out_dir.join("files.txt");
     let targets = (0..count).map(|i| out_dir.join(rel_path(i, (i as u32) % CLASSES)));
     for path in std::iter::once(list.clone()).chain(targets) {
@@ -101,7 +125,7 @@ pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary
             .map(|i| {
                 let mut rng = Rng::for_stage(seed, i as u64, 0xC0);
                 let label = (i as u32) % CLASSES;
-                let (jpeg, pixels) = make_image(&photos, label, &mut rng)?;
+                let (jpeg, pixels) = make_image(&photos, label, &mut rng, long_side)?;
                 let path = out_dir.join(rel_path(i, label));
                 create_new(&path, &jpeg)?;
                 Ok((jpeg.len() as u64, pixels))
@@ -152,7 +176,12 @@ fn uniform(rng: &mut Rng, lo: u32, hi: u32) -> u32 {
 }
 
 /// One corpus image: returns the JPEG bytes and its pixel count.
-fn make_image(photos: &[Photo], label: u32, rng: &mut Rng) -> Result<(Vec<u8>, u64), Error> {
+fn make_image(
+    photos: &[Photo],
+    label: u32,
+    rng: &mut Rng,
+    long_side: Option<(u32, u32)>,
+) -> Result<(Vec<u8>, u64), Error> {
     let photo = &photos[(label % 6) as usize];
     // Crop 40–100% of each side at a random position.
     let cw = uniform(rng, photo.width * 2 / 5, photo.width);
@@ -160,10 +189,10 @@ fn make_image(photos: &[Photo], label: u32, rng: &mut Rng) -> Result<(Vec<u8>, u
     let cx = uniform(rng, 0, photo.width - cw);
     let cy = uniform(rng, 0, photo.height - ch);
     // ImageNet-like sizes: mostly 380–720 px on the long side, 5% large (1000–2500 px).
-    let long = if rng.below(100) < 5 {
-        uniform(rng, 1000, 2500)
-    } else {
-        uniform(rng, 380, 720)
+    let long = match long_side {
+        Some((lo, hi)) => uniform(rng, lo, hi),
+        None if rng.below(100) < 5 => uniform(rng, 1000, 2500),
+        None => uniform(rng, 380, 720),
     };
     let aspect = f64::from(cw) / f64::from(ch);
     let (w, h) = if aspect >= 1.0 {
