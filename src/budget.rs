@@ -3,12 +3,27 @@
 use std::fmt;
 
 use crate::config::{Config, Device};
-use crate::decode::{LARGE_BYTES_PER_PIXEL, RETAIN_BYTES, SMALL_DECODE_BYTES};
+use crate::decode::{LARGE_BYTES_PER_PIXEL, LARGE_SHARED_BYTES, RETAIN_BYTES, SMALL_DECODE_BYTES};
 use crate::source::Source;
 
-/// The host memory a loader may hold, computed from its settings before it runs. Every buffer
-/// the loader allocates is counted in one of these fields; the sum is an upper bound on the
-/// loader's heap (the process adds its own code, stack and allocator overhead).
+/// The host memory a loader may hold, computed from its settings before it runs: two numbers.
+///
+/// - [`steady`](Self::steady): everything the loader holds while its images are no larger
+///   than a typical one, each decode thread working within its share (`decode_scratch_bytes`).
+///   It is what a run's peak RSS comes to after the first batches (the batch buffers are all in
+///   use from the first epoch on), and what to plan a job with.
+/// - [`worst_case`](Self::worst_case): the steady budget plus the reserve for decodes larger
+///   than a thread's share (`large_image_bytes`, sized by `max_pixels`): what one image at
+///   `max_pixels` could add. [`total`](Self::total) is the worst case, and it is what
+///   [`host_memory_limit`](crate::LoaderBuilder::host_memory_limit) (and, without one, the
+///   machine's memory) is checked against in `build()`.
+///
+/// Every buffer the loader allocates is counted in one of the fields. They count the loader's
+/// heap and its threads, not the process it runs in: the program's own code, libraries and
+/// heap come on top (10 to 13 MB of RSS before a loader exists, for the `imagefeed` command
+/// and the test binaries). What the allocator keeps of freed memory depends on its settings:
+/// the budget allows 2 MiB a thread, which holds with the glibc settings the README gives
+/// ("The allocator"); glibc's defaults keep more, and more epoch after epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemoryBudget {
@@ -21,37 +36,72 @@ pub struct MemoryBudget {
     /// shards); for random-access sources, which shuffle indices before decoding, 4 bytes an
     /// index and never more indices than the source has.
     pub shuffle_buffer_bytes: u64,
-    /// Per-thread decode buffers kept between images (file bytes, pixels, the resize's
-    /// intermediate image and filter taps).
+    /// Decode threads × each one's share: what one decode may hold outside the large-decode
+    /// gate (its file, pixels and the decoder's own allocations: at least 12 MiB, more for a
+    /// source whose sampled images need more), the buffers it keeps between images, and the
+    /// resize's intermediate image and filter taps.
     pub decode_scratch_bytes: u64,
-    /// Decodes too large for the per-thread working set: `max_pixels` × 11 bytes plus one
-    /// file, the most one image at `max_pixels` can take (several smaller large decodes run
-    /// side by side only while together they hold no more than one such image's
-    /// coefficients). Lower `max_pixels` to lower it.
+    /// The loader's threads (decode threads, the batcher, and the readahead or fetch thread):
+    /// 2 MiB each for the stack pages a thread touches and what the allocator keeps for it
+    /// (free memory it has not returned to the system yet).
+    pub thread_bytes: u64,
+    /// One decode thread's share (part of `decode_scratch_bytes`): the most one decode may
+    /// hold, its file's bytes included, without entering the large-decode gate. At least
+    /// 8 MiB; for local files, the largest working set among up to 32 of the source's images
+    /// whose headers are read when the budget is computed (evenly spaced over the source).
+    pub decode_share_bytes: u64,
+    /// Decodes larger than a thread's share, side by side: they enter the large-decode gate,
+    /// which lets them run together while they hold at most this (32 MiB, or a thread's share
+    /// where that is more). One larger runs alone, in the worst case's `large_image_bytes`.
+    pub large_shared_bytes: u64,
+    /// One decode larger than `large_shared_bytes`, running alone: `max_pixels` × 11 bytes
+    /// plus one file, the most one image at `max_pixels` can take. Counted in the worst case
+    /// only. Lower `max_pixels` to lower it.
     pub large_image_bytes: u64,
     /// Batches: the prefetch queue, the one being filled, one spare in the pool and the one the
     /// consumer holds; for a GPU, also `prefetch + 2` pinned staging buffers of one batch each
     /// (`u8` when the GPU normalizes).
     pub batch_bytes: u64,
     /// Encoded bytes fetched ahead of the decoders, for tar shards and object storage (0 for
-    /// local files, which each decode thread reads itself): the fetch stage's byte bound.
+    /// local files, which each decode thread reads itself): the fetch stage's byte bound, or
+    /// the reorder window's worth of typical samples where that is less (the bound is the
+    /// worst case's).
     pub fetch_bytes: u64,
+    /// The fetch stage's byte bound where it is more than `fetch_bytes` (counted in the worst
+    /// case only; 0 for local files).
+    pub fetch_reserve_bytes: u64,
 }
 
 impl MemoryBudget {
-    /// The sum of all parts (saturating: settings too large to count sum to `u64::MAX`).
-    pub fn total(&self) -> u64 {
+    /// The steady budget: every part but the large-decode reserve (saturating: settings too
+    /// large to count sum to `u64::MAX`).
+    pub fn steady(&self) -> u64 {
         [
             self.index_bytes,
             self.in_flight_bytes,
             self.shuffle_buffer_bytes,
             self.decode_scratch_bytes,
-            self.large_image_bytes,
+            self.thread_bytes,
+            self.large_shared_bytes,
             self.batch_bytes,
             self.fetch_bytes,
         ]
         .into_iter()
         .fold(0u64, u64::saturating_add)
+    }
+
+    /// The worst case: the steady budget plus the reserve for decodes larger than a thread's
+    /// share, up to one image at `max_pixels`, and the fetch stage's full byte bound.
+    pub fn worst_case(&self) -> u64 {
+        self.steady()
+            .saturating_add(self.large_image_bytes)
+            .saturating_add(self.fetch_reserve_bytes)
+    }
+
+    /// The worst case ([`worst_case`](Self::worst_case)): the number `build()` checks against
+    /// [`host_memory_limit`](crate::LoaderBuilder::host_memory_limit).
+    pub fn total(&self) -> u64 {
+        self.worst_case()
     }
 
     pub(crate) fn compute(cfg: &Config, source: &Source) -> MemoryBudget {
@@ -69,6 +119,19 @@ impl MemoryBudget {
         } else {
             (cfg.shuffle_buffer as u64).min(n) * 4
         };
+        let share =
+            crate::decode::typical_working_set(source, &cfg.decode_settings(), &cfg.geometry())
+                .max(SMALL_DECODE_BYTES);
+        // The fetch stage holds at most the reorder window's samples (its channel and the
+        // window bound them) and at most its byte bound: typically the window's worth of
+        // average samples (with half again for the spread of sizes), the bound at worst.
+        let fetch_bound = crate::pipeline::fetch::byte_bound(source).unwrap_or(0);
+        let fetch_typical = match source.mean_sample_bytes() {
+            Some(mean) => ((cfg.reorder_window() as u64).saturating_add(threads))
+                .saturating_mul(mean.saturating_add(mean / 2))
+                .min(fetch_bound),
+            None => fetch_bound,
+        };
         MemoryBudget {
             index_bytes: source.heap_bytes() + n * 4,
             in_flight_bytes: ((cfg.reorder_window() as u64)
@@ -77,16 +140,21 @@ impl MemoryBudget {
             .saturating_mul(sample),
             shuffle_buffer_bytes,
             decode_scratch_bytes: threads.saturating_mul(
-                RETAIN_BYTES
-                    + SMALL_DECODE_BYTES
+                share
+                    // A buffer kept from an earlier image that this one does not reuse.
+                    .saturating_add(RETAIN_BYTES)
                     // The orientation copy and the resized planes of a JPEG decoded to planes.
-                    + 2 * sample
-                    + crate::transform::RESIZE_RETAINED_BYTES as u64
+                    .saturating_add(2 * sample)
+                    .saturating_add(crate::transform::RESIZE_RETAINED_BYTES as u64)
                     // A random transform's base image read from or written to a cache.
-                    + cfg
-                        .cache_base_side()
-                        .map_or(0, |s| crate::transform::base_len(s) as u64),
+                    .saturating_add(
+                        cfg.cache_base_side()
+                            .map_or(0, |s| crate::transform::base_len(s) as u64),
+                    ),
             ),
+            thread_bytes: threads.saturating_add(2).saturating_mul(THREAD_BYTES),
+            decode_share_bytes: share,
+            large_shared_bytes: share.max(LARGE_SHARED_BYTES),
             large_image_bytes: cfg
                 .max_pixels
                 .saturating_mul(LARGE_BYTES_PER_PIXEL)
@@ -95,10 +163,14 @@ impl MemoryBudget {
                 .saturating_add(3)
                 .saturating_mul(batch)
                 .saturating_add(pinned_bytes(cfg)),
-            fetch_bytes: crate::pipeline::fetch::byte_bound(source).unwrap_or(0),
+            fetch_bytes: fetch_typical,
+            fetch_reserve_bytes: fetch_bound - fetch_typical,
         }
     }
 }
+
+/// Stack and allocator memory a loader thread is counted for (`thread_bytes`).
+const THREAD_BYTES: u64 = 2 << 20;
 
 /// Pinned host staging of a device loader (0 on the host).
 fn pinned_bytes(cfg: &Config) -> u64 {
@@ -109,22 +181,85 @@ fn pinned_bytes(cfg: &Config) -> u64 {
 }
 
 impl fmt::Display for MemoryBudget {
+    /// `steady 120.3 MB (batches 98.3 + ...), worst case 1,488.6 MB (+ large decodes 1,368.3)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mb = |b: u64| b as f64 / 1e6;
         write!(
             f,
-            "{:.1} MB = batches {:.1} + shuffle buffer {:.1} + in-flight samples {:.1} + decode scratch {:.1} + large decodes {:.1} + index {:.1}",
-            mb(self.total()),
+            "steady {:.1} MB (batches {:.1} + shuffle buffer {:.1} + in-flight samples {:.1} + decode scratch {:.1} + threads {:.1} + large decodes side by side {:.1} + index {:.1}",
+            mb(self.steady()),
             mb(self.batch_bytes),
             mb(self.shuffle_buffer_bytes),
             mb(self.in_flight_bytes),
             mb(self.decode_scratch_bytes),
-            mb(self.large_image_bytes),
+            mb(self.thread_bytes),
+            mb(self.large_shared_bytes),
             mb(self.index_bytes)
         )?;
         if self.fetch_bytes > 0 {
             write!(f, " + fetched bytes {:.1}", mb(self.fetch_bytes))?;
         }
-        Ok(())
+        write!(
+            f,
+            "), worst case {:.1} MB (+ one large decode {:.1}",
+            mb(self.worst_case()),
+            mb(self.large_image_bytes)
+        )?;
+        if self.fetch_reserve_bytes > 0 {
+            write!(f, " + fetch bound {:.1}", mb(self.fetch_reserve_bytes))?;
+        }
+        f.write_str(")")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{LoaderBuilder, Source};
+
+    fn source() -> Source {
+        Source::from_entries([("a.jpg", 0), ("b.jpg", 1)]).unwrap()
+    }
+
+    #[test]
+    fn issue_37_steady_and_worst_case() {
+        let b = LoaderBuilder::new(source()).memory_budget();
+        assert_eq!(b.total(), b.worst_case());
+        assert_eq!(
+            b.worst_case() - b.steady(),
+            b.large_image_bytes + b.fetch_reserve_bytes
+        );
+        // The reserve for one image at the default 100 megapixels is in the worst case only.
+        assert!(b.steady() < 400_000_000, "{b}");
+        assert!(b.worst_case() > 1_000_000_000, "{b}");
+        // Unreadable files leave the decode share at its floor.
+        assert_eq!(b.decode_share_bytes, crate::decode::SMALL_DECODE_BYTES);
+        // host_memory_limit guards the worst case.
+        let limited = |bytes| {
+            LoaderBuilder::new(source())
+                .host_memory_limit(bytes)
+                .build()
+        };
+        assert!(limited(b.steady()).is_err());
+        assert!(limited(b.worst_case()).is_ok());
+        let text = b.to_string();
+        assert!(
+            text.starts_with("steady ") && text.contains("worst case"),
+            "{text}"
+        );
+    }
+
+    #[cfg(all(feature = "corpus", feature = "turbojpeg"))]
+    #[test]
+    fn issue_37_a_source_of_large_photos_raises_the_decode_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = crate::corpus::generate_sized(dir.path(), 4, 1, Some((3000, 3000))).unwrap();
+        let photos = Source::from_list_file(&corpus.list).unwrap();
+        let small = LoaderBuilder::new(source()).memory_budget();
+        let large = LoaderBuilder::new(photos).memory_budget();
+        assert!(large.decode_share_bytes >= small.decode_share_bytes);
+        assert_eq!(
+            large.worst_case() - large.steady(),
+            small.worst_case() - small.steady()
+        );
     }
 }

@@ -95,7 +95,8 @@ pub fn decode_floor(
     };
     let limit = settings.max_file_bytes();
     // Large decodes share memory as in the loader.
-    let gate = LargeGate::for_max_pixels(settings.max_pixels);
+    let share = crate::decode::typical_working_set(source, &settings, &geom);
+    let gate = LargeGate::for_loader(share, share.max(crate::decode::LARGE_SHARED_BYTES));
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicU64::new(0);

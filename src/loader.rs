@@ -69,7 +69,7 @@ impl Loader {
             prefetch: cfg.prefetch,
         }));
         let pools = crate::pipeline::Pools::new(&cfg);
-        let gate = LargeGate::for_max_pixels(cfg.max_pixels);
+        let gate = LargeGate::for_loader(budget.decode_share_bytes, budget.large_shared_bytes);
         Loader {
             source,
             cfg,

@@ -1,36 +1,56 @@
-//! The large-decode gate: decodes whose working set is over [`SMALL_DECODE_BYTES`] enter it,
-//! and it admits them only while their estimates together fit in what one image at
-//! `max_pixels` would hold, however many decode threads there are.
+//! The large-decode gate: decodes whose working set is over the loader's per-thread share
+//! (`LargeGate::small`, at least [`SMALL_DECODE_BYTES`]) enter it, and it admits them only
+//! while their estimates together fit in what one image at `max_pixels` would hold, however
+//! many decode threads there are.
 
 use std::sync::{Condvar, Mutex};
 
 /// Buffers a worker keeps between images (file bytes, decoded pixels): larger ones are freed
-/// after use.
-pub(crate) const RETAIN_BYTES: u64 = 16 << 20;
+/// after use. 2 MiB holds an ImageNet-sized file and its DCT-scaled pixels many times over; a
+/// buffer kept at the largest image seen (up to 16 MiB each before) made each thread's memory
+/// grow over the first epochs.
+pub(crate) const RETAIN_BYTES: u64 = 2 << 20;
 
-/// A decode estimated to need more than this takes the [`LargeGate`] first.
-pub(crate) const SMALL_DECODE_BYTES: u64 = 32 << 20;
+/// The least working set (file bytes included) a decode may have without entering the
+/// [`LargeGate`]: an ImageNet-sized JPEG needs under 1 MB, a 4000x3000 baseline photo (a 3-6 MB
+/// file, decoded at 1/8 scale) about 7 MB; a progressive one, whose coefficients are kept
+/// whole, about 40 MB. A loader raises its share to the largest working set among a sample
+/// of its source's images (`decode::typical_working_set`).
+pub(crate) const SMALL_DECODE_BYTES: u64 = 8 << 20;
 
 /// Worst-case working set per source pixel of one large decode: a progressive 4:4:4 JPEG's
 /// coefficient buffer (6 B) plus RGB output (3 B), or a 16-bit RGBA PNG (8 B) plus RGB (3 B).
 pub(crate) const LARGE_BYTES_PER_PIXEL: u64 = 11;
 
-/// What large decodes may hold together, per pixel of `max_pixels`: one progressive colour
-/// JPEG at `max_pixels` keeps 6 bytes a pixel of coefficients, so large decodes side by side
-/// never hold more than that one image would (a single larger decode still runs, alone).
-const SHARED_LARGE_BYTES_PER_PIXEL: u64 = 6;
+/// What large decodes may hold together at least: in the steady budget, so that the odd large
+/// image of a corpus of small ones (a 2,500-pixel progressive 4:4:4 JPEG keeps 28 MB of
+/// coefficients) stays within it. A loader whose decode threads' share is larger lets large
+/// decodes hold that share together instead.
+pub(crate) const LARGE_SHARED_BYTES: u64 = 32 << 20;
 
-/// Admits large decodes (those over [`SMALL_DECODE_BYTES`]) across all workers of a loader
+/// Admits large decodes (those over [`LargeGate::small`]) across all workers of a loader
 /// while their estimated working sets together fit in `capacity` bytes, in arrival order: for
-/// a loader, `max_pixels` × [`SHARED_LARGE_BYTES_PER_PIXEL`], what one progressive JPEG at
-/// `max_pixels` holds (within the budget's `large_image_bytes`). A decode larger than the whole
-/// capacity, or claiming it all ([`LargeGate::enter_alone`]), runs alone. So several
-/// 6-megapixel progressive photos decode at once, never more memory than one image at the limit.
-#[derive(Debug, Default)]
+/// a loader, the budget's `large_shared_bytes` (part of the steady budget). A decode larger
+/// than the whole capacity, or claiming it all ([`LargeGate::enter_alone`]), runs alone: what
+/// it holds beyond the capacity is the worst case's large-decode reserve (one image at
+/// `max_pixels`). So two 2-megapixel progressive photos decode at once, and a 100-megapixel
+/// one waits for the others to finish and holds up everything larger than a thread's share
+/// until it is done.
+#[derive(Debug)]
 pub(crate) struct LargeGate {
     capacity: u64,
+    /// Decodes whose working set is over this enter the gate; under it they run on the
+    /// thread's share of the steady budget.
+    small: u64,
     state: Mutex<GateState>,
     changed: Condvar,
+}
+
+impl Default for LargeGate {
+    /// A gate admitting one large decode at a time, over [`SMALL_DECODE_BYTES`].
+    fn default() -> Self {
+        Self::new(0)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -56,13 +76,25 @@ impl LargeGate {
     pub(crate) fn new(capacity: u64) -> Self {
         LargeGate {
             capacity,
-            ..Self::default()
+            small: SMALL_DECODE_BYTES,
+            state: Mutex::default(),
+            changed: Condvar::new(),
         }
     }
 
-    /// The gate of a loader whose images have at most `max_pixels` pixels.
-    pub(crate) fn for_max_pixels(max_pixels: u64) -> Self {
-        Self::new(max_pixels.saturating_mul(SHARED_LARGE_BYTES_PER_PIXEL))
+    /// The gate of a loader whose decodes up to `small` bytes (at least
+    /// [`SMALL_DECODE_BYTES`]) run outside it, and whose large decodes run side by side while
+    /// together they hold at most `shared` bytes.
+    pub(crate) fn for_loader(small: u64, shared: u64) -> Self {
+        LargeGate {
+            small: small.max(SMALL_DECODE_BYTES),
+            ..Self::new(shared)
+        }
+    }
+
+    /// The most a decode may hold (file bytes included) without entering the gate.
+    pub(crate) fn small(&self) -> u64 {
+        self.small
     }
 
     /// Waits for room for a decode estimated at `bytes`, then holds it until the guard drops.

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::gate::{GateGuard, SMALL_DECODE_BYTES};
+use super::gate::GateGuard;
 use super::header::{self, JpegInfo};
 use super::{fail, rgb_bytes, Decoder, Job, JpegDecoder};
 use crate::error::Error;
@@ -51,7 +51,9 @@ impl Decoder {
         let (sw, sh) = (info.width.div_ceil(scale), info.height.div_ceil(scale));
         let estimate = jpeg_working_set(&info, scale, use_turbo)
             .max(rgb_bytes(sw, sh) + crate::transform::resize_working_set(sw, sh, geom));
-        if !gate_held && estimate > SMALL_DECODE_BYTES {
+        // The file's bytes are held through the decode: they count against the thread's share.
+        let estimate = estimate.saturating_add(bytes.len() as u64);
+        if !gate_held && estimate > gate.small() {
             *guard = Some(gate.enter(estimate));
         }
         if use_turbo {
@@ -598,7 +600,7 @@ pub(crate) fn jpeg_working_set(info: &JpegInfo, scale: u32, turbo: bool) -> u64 
 mod tests {
     use super::*;
     use crate::decode::DecodeSettings;
-    use crate::decode::LargeGate;
+    use crate::decode::{LargeGate, SMALL_DECODE_BYTES};
     use crate::transform::Geometry;
 
     #[cfg(unix)]

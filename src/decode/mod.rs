@@ -19,10 +19,12 @@
 //! - EXIF orientation is applied after the resize (it commutes with a stretch or a centre crop
 //!   when the target axes are swapped), so transposing costs 160×160 pixels, not the full frame.
 //!
-//! Memory: a worker keeps its buffers between images up to [`RETAIN_BYTES`]; a decode whose
-//! estimated working set is larger first enters the loader-wide [`LargeGate`], which admits
-//! large decodes only while their estimates together fit in what one image at `max_pixels`
-//! would hold (within the budget's `large_image_bytes`), however many threads there are.
+//! Memory: a worker keeps its buffers between images up to [`RETAIN_BYTES`] each; a decode
+//! whose estimated working set (its file's bytes included) is over the loader's per-thread
+//! share ([`LargeGate::small`]) first enters the loader-wide [`LargeGate`], which admits
+//! large decodes side by side only while their estimates together fit in the steady budget's
+//! `large_shared_bytes`, and a larger one alone (the worst case's `large_image_bytes`),
+//! however many threads there are.
 
 //!
 //! `jpeg.rs` and `png.rs` decode each format, `gate.rs` is the large-decode gate and
@@ -40,7 +42,8 @@ use std::time::{Duration, Instant};
 use crate::error::{DecodeFailure, Error};
 use crate::transform::{Decoded, Draw, Geometry, Rect, Resizer};
 pub(crate) use gate::{
-    GateGuard, LargeGate, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES, SMALL_DECODE_BYTES,
+    GateGuard, LargeGate, LARGE_BYTES_PER_PIXEL, LARGE_SHARED_BYTES, RETAIN_BYTES,
+    SMALL_DECODE_BYTES,
 };
 use header::Format;
 
@@ -251,7 +254,9 @@ impl Decoder {
                 ),
             ));
         }
-        let guard = (meta.len() > RETAIN_BYTES).then(|| gate.enter_alone());
+        // A file over the thread's share is read under the whole gate: its decode's estimate is
+        // not known before it is read.
+        let guard = (meta.len() > gate.small()).then(|| gate.enter_alone());
         self.file.clear();
         // `take` bounds the read even if the file grows after the metadata call.
         let read = (&mut file)
@@ -285,7 +290,7 @@ impl Decoder {
         gate: &LargeGate,
         out: &mut [u8],
     ) -> Result<(), Error> {
-        let guard = (bytes.len() as u64 > RETAIN_BYTES).then(|| gate.enter_alone());
+        let guard = (bytes.len() as u64 > gate.small()).then(|| gate.enter_alone());
         let result = self.decode_resize(bytes, name, geom, target, guard.is_some(), gate, out);
         drop(guard);
         result
@@ -465,6 +470,90 @@ fn stored_crop(geom: &Geometry, draw: &Draw, w: u32, h: u32, o: u8) -> Option<Re
         f64::from(dh),
         o,
     ))
+}
+
+/// Images whose headers [`typical_working_set`] reads.
+const SAMPLED_IMAGES: usize = 32;
+
+/// The bytes of each sampled file read for its header: enough for EXIF and ICC segments
+/// before the frame header.
+const SAMPLED_HEAD_BYTES: u64 = 256 << 10;
+
+/// The largest working set (file bytes included, as the decoder estimates it before decoding)
+/// among up to [`SAMPLED_IMAGES`] images evenly spaced over a source of local files, read from
+/// their headers: a loader's typical image, which its decode threads' share of the steady
+/// budget must hold. 0 for other sources, and for images that cannot be read or are over
+/// `max_pixels` (they are errors or large decodes, not typical ones).
+pub(crate) fn typical_working_set(
+    source: &crate::Source,
+    settings: &DecodeSettings,
+    geom: &Geometry,
+) -> u64 {
+    if !matches!(source.backing, crate::source::Backing::Files) {
+        return 0;
+    }
+    let n = source.len();
+    let picks = n.min(SAMPLED_IMAGES);
+    let mut head = Vec::new();
+    (0..picks)
+        .filter_map(|k| {
+            let path = source.index.path(k * n / picks);
+            let file = std::fs::File::open(&path).ok()?;
+            let len = file.metadata().ok().filter(|m| m.is_file())?.len();
+            head.clear();
+            file.take(SAMPLED_HEAD_BYTES).read_to_end(&mut head).ok()?;
+            working_set(&head, len, settings, geom)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The working set of decoding the image whose file starts with `head` and has `len` bytes,
+/// as `decode_jpeg` and `decode_png` estimate it; `None` if `head` holds no readable header or
+/// the image is over `max_pixels`.
+fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry) -> Option<u64> {
+    let (w, h, decoding) = match header::sniff(head) {
+        Format::Jpeg => {
+            let info = header::jpeg_info(head).ok()?;
+            let turbo = cfg!(feature = "turbojpeg") && settings.jpeg_decoder != JpegDecoder::Zune;
+            // A cropping transform may decode a small box at full scale: count the frame so.
+            let scale =
+                if turbo && settings.dct_scaling && !info.lossless && !geom.transform.crops() {
+                    geom.dct_denominator(info.width, info.height, info.orientation)
+                } else {
+                    1
+                };
+            let (sw, sh) = (info.width.div_ceil(scale), info.height.div_ceil(scale));
+            let set = jpeg::jpeg_working_set(&info, scale, turbo)
+                .max(rgb_bytes(sw, sh) + crate::transform::resize_working_set(sw, sh, geom));
+            (info.width, info.height, set)
+        }
+        Format::Png => {
+            let be32 = |at: usize| {
+                head.get(at..at + 4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            };
+            let (w, h) = (be32(16)?, be32(20)?);
+            let (depth, colour) = (*head.get(24)?, *head.get(25)?);
+            let channels = match colour {
+                0 | 3 => 1,
+                4 => 2,
+                2 => 3,
+                _ => 4,
+            };
+            let px = u64::from(w) * u64::from(h);
+            let staged = if colour == 2 && depth == 8 {
+                0
+            } else {
+                px * channels * u64::from(depth.max(8) / 8)
+            };
+            let set = (staged + rgb_bytes(w, h))
+                .max(rgb_bytes(w, h) + crate::transform::resize_working_set(w, h, geom));
+            (w, h, set)
+        }
+        _ => return None,
+    };
+    (u64::from(w) * u64::from(h) <= settings.max_pixels).then(|| decoding.saturating_add(len))
 }
 
 /// Bytes of a `w`×`h` RGB8 image.

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::gate::{GateGuard, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES, SMALL_DECODE_BYTES};
+use super::gate::{GateGuard, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES};
 use super::header;
 use super::{fail, rgb_bytes, Decoder, Job};
 use crate::error::Error;
@@ -136,7 +136,9 @@ impl Decoder {
             ));
         }
         let estimate = decoding.max(rgb + crate::transform::resize_working_set(w, h, geom));
-        if !gate_held && estimate > SMALL_DECODE_BYTES {
+        // The file's bytes are held through the decode: they count against the thread's share.
+        let estimate = estimate.saturating_add(bytes.len() as u64);
+        if !gate_held && estimate > gate.small() {
             *guard = Some(gate.enter(estimate));
         }
         self.rgb.clear();

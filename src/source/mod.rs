@@ -548,6 +548,15 @@ impl Source {
         self.index.labels.iter().max().map_or(0, |m| m + 1)
     }
 
+    /// The mean encoded size of a sample where the index knows every sample's size (tar
+    /// shards); `None` for local files and objects.
+    pub(crate) fn mean_sample_bytes(&self) -> Option<u64> {
+        match &self.backing {
+            Backing::Tar(t) => t.mean_len(),
+            _ => None,
+        }
+    }
+
     /// Heap bytes the index holds (counted in the loader's memory budget).
     pub fn heap_bytes(&self) -> u64 {
         self.index.heap_bytes()

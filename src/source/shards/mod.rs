@@ -124,6 +124,12 @@ impl TarIndex {
     }
 
     /// `(shard, data offset, data length)` of sample `i`'s image.
+    /// The mean member length (`None` without members).
+    pub(crate) fn mean_len(&self) -> Option<u64> {
+        let total: u64 = self.len.iter().fold(0u64, |a, &l| a.saturating_add(l));
+        total.checked_div(self.len.len() as u64)
+    }
+
     pub(crate) fn locate(&self, i: usize) -> (u32, u64, u64) {
         (self.shard_of[i], self.offset[i], self.len[i])
     }
