@@ -542,13 +542,17 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
                 _ => 4,
             };
             let px = u64::from(w) * u64::from(h);
+            if px > settings.max_pixels {
+                return None;
+            }
             let staged = if colour == 2 && depth == 8 {
                 0
             } else {
-                px * channels * u64::from(depth.max(8) / 8)
+                px.saturating_mul(channels * u64::from(depth.max(8) / 8))
             };
-            let set = (staged + rgb_bytes(w, h))
-                .max(rgb_bytes(w, h) + crate::transform::resize_working_set(w, h, geom));
+            let set = staged.saturating_add(rgb_bytes(w, h)).max(
+                rgb_bytes(w, h).saturating_add(crate::transform::resize_working_set(w, h, geom)),
+            );
             (w, h, set)
         }
         _ => return None,
@@ -558,7 +562,7 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
 
 /// Bytes of a `w`×`h` RGB8 image.
 fn rgb_bytes(w: u32, h: u32) -> u64 {
-    u64::from(w) * u64::from(h) * 3
+    (u64::from(w) * u64::from(h)).saturating_mul(3)
 }
 
 /// A `.jpg`/`.jpeg` file must hold JPEG data and a `.png` file PNG data.

@@ -202,7 +202,7 @@ const RETAIN_REDUCED_BYTES: usize = 1 << 20;
 pub(crate) fn resize_working_set(w: u32, h: u32, geom: &Geometry) -> u64 {
     let (w, h) = (u64::from(w), u64::from(h));
     let side = u64::from(geom.width.max(geom.height));
-    let src = w * h * 3;
+    let src = w.saturating_mul(h).saturating_mul(3);
     let out = side * side * 3;
     let tmp = (3 * side * (w + h)).min(src.max(out));
     let reduced = if w > u64::from(BOX_ABOVE) || h > u64::from(BOX_ABOVE) {
@@ -213,7 +213,7 @@ pub(crate) fn resize_working_set(w: u32, h: u32, geom: &Geometry) -> u64 {
     // Taps: about 20 bytes a source pixel of each axis (weights, packed pairs, the planar
     // plan), the orientation copy and planes of one row.
     let taps = 20 * (w.min(u64::from(BOX_ABOVE)) + h.min(u64::from(BOX_ABOVE)));
-    tmp + reduced + taps + 2 * out
+    tmp.saturating_add(reduced).saturating_add(taps).saturating_add(2 * out)
 }
 
 /// A per-worker resizer with its scratch buffers.
