@@ -49,8 +49,10 @@ impl Decoder {
             1
         };
         let (sw, sh) = (info.width.div_ceil(scale), info.height.div_ceil(scale));
-        let estimate = jpeg_working_set(&info, scale, use_turbo)
-            .max(rgb_bytes(sw, sh) + crate::transform::resize_working_set(sw, sh, geom));
+        // Only a crop's region is decoded (libjpeg-turbo; zune-jpeg decodes the whole frame).
+        let (dw, dh) = decoded_dims(&info, scale, crop.filter(|_| use_turbo));
+        let estimate = jpeg_working_set(&info, (dw, dh), use_turbo)
+            .max(rgb_bytes(dw, dh) + crate::transform::resize_working_set(dw, dh, geom));
         // The file's bytes are held through the decode: they count against the thread's share.
         let estimate = estimate.saturating_add(bytes.len() as u64);
         if !gate_held && estimate > gate.small() {
@@ -579,11 +581,31 @@ pub(crate) fn cmyk_to_rgb(src: &[u8], dst: &mut [u8]) {
     }
 }
 
-/// Estimated peak bytes of decoding one JPEG at scale `1/scale`.
-pub(crate) fn jpeg_working_set(info: &JpegInfo, scale: u32, turbo: bool) -> u64 {
+/// Pixels a cropped decode adds around its box on each axis, at most: the filter's margin on
+/// both sides ([`CROP_MARGIN`]) and the left edge aligned down to the scaled iMCU (at most 32
+/// pixels, 4:1:1 at full scale).
+pub(crate) const CROP_PAD: u32 = 40;
+
+/// The pixels a decode at scale `1/scale` writes: the scaled frame, or with a `crop` box
+/// (stored frame, full scale) the box's rows and iMCU columns around it.
+pub(crate) fn decoded_dims(info: &JpegInfo, scale: u32, crop: Option<Rect>) -> (u32, u32) {
+    let (sw, sh) = (info.width.div_ceil(scale), info.height.div_ceil(scale));
+    match crop {
+        None => (sw, sh),
+        Some(c) => {
+            let s = f64::from(scale);
+            let side =
+                |len: f64, max: u32| ((len / s).ceil() as u32).saturating_add(CROP_PAD).min(max);
+            (side(c.w, sw), side(c.h, sh))
+        }
+    }
+}
+
+/// Estimated peak bytes of decoding one JPEG into `decoded` (width, height) pixels: the
+/// scaled frame, or a crop's region of it (see [`decoded_dims`]).
+pub(crate) fn jpeg_working_set(info: &JpegInfo, decoded: (u32, u32), turbo: bool) -> u64 {
     let (w, h) = (u64::from(info.width), u64::from(info.height));
-    let s = u64::from(scale);
-    let out_px = w.div_ceil(s) * h.div_ceil(s);
+    let out_px = u64::from(decoded.0) * u64::from(decoded.1);
     let out = out_px * if info.components == 4 { 7 } else { 3 };
     let comps = u64::from(info.components);
     // Progressive files keep every coefficient (2 bytes each) of the whole frame.
@@ -847,9 +869,9 @@ mod tests {
             scan_offset: 0,
             first_scan_components: 3,
         };
-        let base = jpeg_working_set(&i, 8, true);
+        let base = jpeg_working_set(&i, decoded_dims(&i, 8, None), true);
         assert!(base < SMALL_DECODE_BYTES);
         i.progressive = true;
-        assert!(jpeg_working_set(&i, 8, true) > SMALL_DECODE_BYTES);
+        assert!(jpeg_working_set(&i, decoded_dims(&i, 8, None), true) > SMALL_DECODE_BYTES);
     }
 }

@@ -516,16 +516,36 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
         Format::Jpeg => {
             let info = header::jpeg_info(head).ok()?;
             let turbo = cfg!(feature = "turbojpeg") && settings.jpeg_decoder != JpegDecoder::Zune;
-            // A cropping transform may decode a small box at full scale: count the frame so.
-            let scale =
-                if turbo && settings.dct_scaling && !info.lossless && !geom.transform.crops() {
-                    geom.dct_denominator(info.width, info.height, info.orientation)
-                } else {
-                    1
-                };
-            let (sw, sh) = (info.width.div_ceil(scale), info.height.div_ceil(scale));
-            let set = jpeg::jpeg_working_set(&info, scale, turbo)
-                .max(rgb_bytes(sw, sh) + crate::transform::resize_working_set(sw, sh, geom));
+            let orientation = if settings.apply_exif {
+                info.orientation
+            } else {
+                1
+            };
+            let estimate = |d: (u32, u32)| {
+                jpeg::jpeg_working_set(&info, d, turbo)
+                    .max(rgb_bytes(d.0, d.1) + crate::transform::resize_working_set(d.0, d.1, geom))
+            };
+            let scaling = turbo && settings.dct_scaling && !info.lossless;
+            let set = if !scaling {
+                // Whole frames at full scale (a crop too: its box may be the whole image).
+                estimate((info.width, info.height))
+            } else if geom.transform.is_random() {
+                // The box is drawn per sample: the largest region any box decodes.
+                geom.crop_decode_bounds(info.width, info.height, orientation, jpeg::CROP_PAD)
+                    .into_iter()
+                    .map(estimate)
+                    .max()
+                    .unwrap_or(0)
+            } else if let Some(c) =
+                stored_crop(geom, &Draw::default(), info.width, info.height, orientation)
+            {
+                // A fixed box (the centre crop).
+                let scale = geom.dct_denominator_for_crop(info.width, info.height, c, orientation);
+                estimate(jpeg::decoded_dims(&info, scale, Some(c)))
+            } else {
+                let scale = geom.dct_denominator(info.width, info.height, orientation);
+                estimate(jpeg::decoded_dims(&info, scale, None))
+            };
             (info.width, info.height, set)
         }
         Format::Png => {
@@ -657,5 +677,75 @@ mod tests {
         assert!(e.to_string().contains("HTML"), "{e}");
         assert!(check_extension(Path::new("x.JPEG"), Format::Jpeg).is_ok());
         assert!(check_extension(Path::new("x"), Format::Png).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod crop_bound_tests {
+    use super::*;
+    use crate::ResizeFilter;
+
+    #[test]
+    fn a_cropped_decode_stays_within_the_bounds_the_budget_counts() {
+        // Every box the transforms draw, decoded at the scale the decoder picks, writes a
+        // region within one of `crop_decode_bounds`: the typical working set (and so the
+        // steady budget) counts no less than a crop decode holds.
+        let transforms = [
+            crate::Transform::random_resized_crop(),
+            crate::Transform::RandomResizedCrop {
+                scale: (0.01, 1.0),
+                ratio: (0.2, 5.0),
+            },
+        ];
+        let sizes = [
+            (4000, 3000),
+            (500, 375),
+            (3000, 4000),
+            (161, 2000),
+            (100, 100),
+            (8000, 90),
+        ];
+        for transform in transforms {
+            for (ow, oh) in [(160, 160), (224, 160)] {
+                let geom = Geometry {
+                    width: ow,
+                    height: oh,
+                    transform,
+                    filter: ResizeFilter::default(),
+                    flip: 0.0,
+                };
+                for (w, h) in sizes {
+                    for o in [1u8, 6] {
+                        let info = header::JpegInfo {
+                            width: w as u32,
+                            height: h as u32,
+                            components: 3,
+                            progressive: false,
+                            arithmetic: false,
+                            lossless: false,
+                            hierarchical: false,
+                            orientation: o,
+                            scan_offset: 0,
+                            first_scan_components: 3,
+                        };
+                        let bounds = geom.crop_decode_bounds(w as u32, h as u32, o, jpeg::CROP_PAD);
+                        for index in 0..500 {
+                            let draw = Draw {
+                                seed: 7,
+                                epoch: 0,
+                                index,
+                            };
+                            let c = stored_crop(&geom, &draw, w as u32, h as u32, o).unwrap();
+                            let scale = geom.dct_denominator_for_crop(w as u32, h as u32, c, o);
+                            let d = jpeg::decoded_dims(&info, scale, Some(c));
+                            assert!(
+                                bounds.iter().any(|b| b.0 >= d.0 && b.1 >= d.1),
+                                "{transform:?} {ow}x{oh}, {w}x{h} o{o}: box {c:?} at 1/{scale} decodes {d:?}, over {bounds:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

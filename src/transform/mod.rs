@@ -137,6 +137,45 @@ impl Geometry {
         1
     }
 
+    /// Bounds on the pixels a random-resized-crop's decode of a `w`×`h` JPEG (stored frame,
+    /// EXIF orientation `orientation`) writes, whatever box it draws, with `pad` pixels of
+    /// alignment and filter margin on each axis: the decode holds at most the largest of these
+    /// regions. At the chosen scale `1/s` the box covers the output; if `s` < 8 it did not at
+    /// `1/2s`, so one axis of the scaled box is under twice the output's, and the box's aspect
+    /// ratio bounds the other. At `s` = 8 the region is within the frame at 1/8.
+    pub(crate) fn crop_decode_bounds(
+        &self,
+        w: u32,
+        h: u32,
+        orientation: u8,
+        pad: u32,
+    ) -> [(u32, u32); 3] {
+        let (mut tw, mut th) = (f64::from(self.width), f64::from(self.height));
+        // The box's aspect ratio (width / height) in display coordinates.
+        let (mut rmin, mut rmax) = match self.transform {
+            Transform::RandomResizedCrop { ratio, .. } => {
+                (ratio.0.min(ratio.1), ratio.0.max(ratio.1))
+            }
+            _ => (tw / th, tw / th),
+        };
+        if orientation >= 5 {
+            (tw, th) = (th, tw);
+            (rmin, rmax) = (1.0 / rmax, 1.0 / rmin);
+        }
+        let rmin = rmin.max(f64::MIN_POSITIVE);
+        let dim = |v: f64, max: u32| {
+            ((v.ceil().min(f64::from(u32::MAX)) as u32).saturating_add(pad)).min(max)
+        };
+        [
+            (dim(2.0 * tw, w), dim(2.0 * tw / rmin, h)),
+            (dim(2.0 * th * rmax, w), dim(2.0 * th, h)),
+            (
+                dim(f64::from(w.div_ceil(8)), w),
+                dim(f64::from(h.div_ceil(8)), h),
+            ),
+        ]
+    }
+
     /// The largest DCT scale denominator (8, 4, 2 or 1) at which the box `crop` of a `w`×`h`
     /// JPEG (both in the stored frame, at full scale) still covers the output on both axes.
     pub(crate) fn dct_denominator_for_crop(
@@ -213,7 +252,9 @@ pub(crate) fn resize_working_set(w: u32, h: u32, geom: &Geometry) -> u64 {
     // Taps: about 20 bytes a source pixel of each axis (weights, packed pairs, the planar
     // plan), the orientation copy and planes of one row.
     let taps = 20 * (w.min(u64::from(BOX_ABOVE)) + h.min(u64::from(BOX_ABOVE)));
-    tmp.saturating_add(reduced).saturating_add(taps).saturating_add(2 * out)
+    tmp.saturating_add(reduced)
+        .saturating_add(taps)
+        .saturating_add(2 * out)
 }
 
 /// A per-worker resizer with its scratch buffers.
