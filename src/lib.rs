@@ -47,7 +47,7 @@
 //! for epoch in 0..2 {
 //!     for batch in loader.epoch(epoch) {
 //!         let batch = batch?;
-//!         let images: &[f32] = batch.as_f32().unwrap(); // [n, 160, 160, 3], values in 0..=1
+//!         let images: &[f32] = batch.as_f32()?; // [n, 160, 160, 3], values in 0..=1
 //!         let labels: &[u32] = batch.labels();
 //!         assert_eq!(images.len(), labels.len() * 160 * 160 * 3);
 //!     }
