@@ -1,0 +1,79 @@
+//! What a batch costs to turn into candle tensors on the CPU, against one `memcpy` of the same
+//! batch: `to_candle` copies the images once (as `memcpy`), `into_candle` takes the batch's
+//! buffers without a copy. `cargo bench --bench convert --features candle`
+//! (burn's `ImageBatch::from_batch`: `cargo bench -p imagefeed-burn --bench convert`).
+//!
+//! A batch is 64 images of 160×160×3 in `f32` (19.7 MB) or `u8` (4.9 MB), from a loader over the
+//! test photographs; making it (decoding) is outside the measured time.
+
+use std::hint::black_box;
+
+use candle_core::Device;
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use imagefeed::{Batch, Batches, Dtype, Loader, Source};
+
+/// Endless batches of `dtype` from the test photographs, epoch after epoch.
+struct Feed {
+    loader: Loader,
+    epoch: u64,
+    batches: Batches,
+}
+
+impl Feed {
+    fn new(dtype: Dtype) -> Feed {
+        let photos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/photos");
+        let entries = (0..256).map(|i| (photos.join(format!("photo_{}.jpg", i % 6)), i % 6));
+        let loader = Loader::builder(Source::from_entries(entries).expect("the test photos"))
+            .batch_size(64)
+            .dtype(dtype)
+            .build()
+            .expect("a loader");
+        let batches = loader.epoch(0);
+        Feed {
+            loader,
+            epoch: 0,
+            batches,
+        }
+    }
+
+    fn next(&mut self) -> Batch {
+        loop {
+            match self.batches.next() {
+                Some(batch) => return batch.expect("a batch of the test photos"),
+                None => {
+                    self.epoch += 1;
+                    self.batches = self.loader.epoch(self.epoch);
+                }
+            }
+        }
+    }
+}
+
+fn convert(c: &mut Criterion) {
+    let mut g = c.benchmark_group("candle_cpu");
+    g.sample_size(30);
+    for dtype in [Dtype::F32, Dtype::U8] {
+        let mut feed = Feed::new(dtype);
+        let batch = feed.next();
+        g.throughput(Throughput::Bytes(batch.as_bytes().len() as u64));
+        let name = format!("{dtype:?}").to_lowercase();
+        // The baseline: one copy of the batch's bytes into a new buffer.
+        g.bench_function(BenchmarkId::new("memcpy", &name), |b| {
+            b.iter(|| black_box(batch.as_bytes().to_vec()))
+        });
+        g.bench_function(BenchmarkId::new("to_candle", &name), |b| {
+            b.iter(|| black_box(batch.to_candle(&Device::Cpu).expect("tensors")))
+        });
+        g.bench_function(BenchmarkId::new("into_candle", &name), |b| {
+            b.iter_batched(
+                || feed.next(),
+                |batch| black_box(batch.into_candle(&Device::Cpu).expect("tensors")),
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, convert);
+criterion_main!(benches);
