@@ -54,17 +54,33 @@ fn transforms(c: &mut Criterion) {
     let mut g = c.benchmark_group("transform_900x599_to_160");
     g.throughput(Throughput::Elements(1));
     let mut out = vec![0u8; 160 * 160 * 3];
-    for (name, t, flip) in [
-        ("stretch", Transform::Stretch, 0.0),
+    // `_whole_frame`: the same boxes (the same 64 draws), decoded as a whole frame at the
+    // box's DCT scale and cut after: what decoding only the region saves.
+    for (name, t, flip, regions) in [
+        ("stretch", Transform::Stretch, 0.0, true),
         (
             "random_resized_crop_flip",
             Transform::random_resized_crop(),
             0.5,
+            true,
         ),
-        ("center_crop", Transform::center_crop(), 0.0),
+        (
+            "random_resized_crop_flip_whole_frame",
+            Transform::random_resized_crop(),
+            0.5,
+            false,
+        ),
+        ("center_crop", Transform::center_crop(), 0.0, true),
+        (
+            "center_crop_whole_frame",
+            Transform::center_crop(),
+            0.0,
+            false,
+        ),
     ] {
         let mut d = BenchDecoder::new(160, true, false);
         d.set_transform(t, flip);
+        d.set_crop_regions(regions);
         let mut i = 0u64;
         g.bench_function(BenchmarkId::new("decode_resize", name), |b| {
             b.iter(|| {

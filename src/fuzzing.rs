@@ -168,6 +168,13 @@ impl BenchDecoder {
         self.geom.flip = flip;
     }
 
+    /// On (the default, as in a loader): libjpeg-turbo decodes only a cropping transform's
+    /// region. Off: the whole frame at the box's DCT scale, the box cut after (what a decoder
+    /// without region decoding does): the same pixels, to measure what region decoding saves.
+    pub fn set_crop_regions(&mut self, on: bool) {
+        self.decoder.crop_regions = on;
+    }
+
     /// Decodes, resizes and orients into `out` (`size * size * 3` bytes).
     pub fn decode_resize(&mut self, bytes: &[u8], out: &mut [u8]) -> bool {
         self.decode_sample(bytes, 0, 0, out)

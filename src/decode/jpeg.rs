@@ -132,7 +132,7 @@ impl Decoder {
             )
         });
         let region = match crop {
-            Some(c) if !info.lossless => crop_region(&mut tj, bytes, c, w, h),
+            Some(c) if !info.lossless && self.crop_regions => crop_region(&mut tj, bytes, c, w, h),
             _ => None,
         };
         let (w, h) = region.map_or((w, h), |r| (r.width, r.height));

@@ -164,6 +164,10 @@ pub(crate) struct Decoder {
     resizer: Resizer,
     /// Time spent in each step since the last [`Decoder::take_times`].
     times: StageTimes,
+    /// libjpeg-turbo decodes only a cropping transform's region (on, always in a loader);
+    /// off, it decodes the whole frame at the box's scale and the box is cut after, as
+    /// decoders without region decoding do (`fuzzing::BenchDecoder`, to measure the saving).
+    pub(crate) crop_regions: bool,
 }
 
 /// What a decode writes.
@@ -220,6 +224,7 @@ impl Decoder {
             aux: Vec::new(),
             resizer: Resizer::new(),
             times: StageTimes::default(),
+            crop_regions: true,
         }
     }
 

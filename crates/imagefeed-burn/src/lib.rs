@@ -93,10 +93,7 @@ impl<B: Backend> ImageBatch<B> {
         // A buffer already in the backend's float type is taken as it is; any other is
         // converted here in one pass into that type (burn's own conversion of a `u8`
         // TensorData took 1.6× a copy of the result on ndarray: benches/convert.rs).
-        fn to_float<B: Backend, E: Element>(
-            v: Vec<E>,
-            shape: [usize; 4],
-        ) -> TensorData {
+        fn to_float<B: Backend, E: Element>(v: Vec<E>, shape: [usize; 4]) -> TensorData {
             if TypeId::of::<E>() == TypeId::of::<B::FloatElem>() {
                 return TensorData::new(v, shape);
             }
