@@ -1,0 +1,242 @@
+//! Command-line arguments of `bench` and the value types and parsers they use.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use imagefeed::{Device, Dtype, JpegDecoder, ResizeFilter};
+
+#[derive(Parser, Clone)]
+pub(crate) struct BenchArgs {
+    /// A file list (PATH<TAB>LABEL lines) or a folder of class folders.
+    pub(crate) source: PathBuf,
+    #[arg(long, default_value_t = 64)]
+    pub(crate) batch_size: usize,
+    /// Decode threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) threads: usize,
+    /// Bounded shuffle buffer, in samples (default: 0 for files, whose permutation already
+    /// shuffles; 1000 for tar shards, read in order within each shard).
+    #[arg(long)]
+    pub(crate) shuffle_buffer: Option<usize>,
+    /// Ready batches queued ahead of the consumer.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) prefetch: usize,
+    /// Samples hinted to the kernel ahead of the decode threads (their local files, or their
+    /// records in a complete cache), so that data not in the page cache is read in the
+    /// background (0: off).
+    #[arg(long, default_value_t = 64)]
+    pub(crate) readahead: usize,
+    /// Adapt decode threads and prefetch depth every second while an epoch runs (the summary
+    /// reports where each epoch ended).
+    #[arg(long)]
+    pub(crate) autotune: bool,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) epochs: u64,
+    /// Output height and width.
+    #[arg(long, num_args = 2, value_names = ["H", "W"], default_values_t = [160, 160])]
+    pub(crate) size: Vec<u32>,
+    #[arg(long, value_enum, default_value_t = DtypeArg::F32)]
+    pub(crate) dtype: DtypeArg,
+    #[arg(long, value_enum, default_value_t = LayoutArg::Nhwc)]
+    pub(crate) layout: LayoutArg,
+    #[arg(long, value_enum, default_value_t = OnErrorArg::Fail)]
+    pub(crate) on_error: OnErrorArg,
+    /// With --on-error skip: the most samples an epoch may skip.
+    #[arg(long)]
+    pub(crate) max_skipped: Option<u64>,
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Keep file order instead of a seeded permutation per epoch.
+    #[arg(long)]
+    pub(crate) no_shuffle: bool,
+    /// JPEG decoder.
+    #[arg(long, value_enum, default_value_t = DecoderArg::Auto)]
+    pub(crate) decoder: DecoderArg,
+    /// Resize filter: antialiased (Pillow's widened triangle) or bilinear (two taps within
+    /// 2x, as tf.image.resize).
+    #[arg(long, value_enum, default_value_t = FilterArg::Antialiased)]
+    pub(crate) filter: FilterArg,
+    /// Which box of each image becomes the sample: stretch (the whole image),
+    /// shorter-side-center-crop, center-crop (evaluation: the shorter side resized to
+    /// min(H, W) / --crop-fraction, then the centre) or random-resized-crop (training: a new
+    /// box every epoch, see --crop-scale and --crop-ratio).
+    #[arg(long, value_enum, default_value_t = TransformArg::Stretch)]
+    pub(crate) transform: TransformArg,
+    /// With random-resized-crop: the range of the box's area, as a fraction of the image's.
+    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [0.08, 1.0])]
+    pub(crate) crop_scale: Vec<f64>,
+    /// With random-resized-crop: the range of the box's aspect ratio (width / height).
+    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [0.75, 4.0 / 3.0])]
+    pub(crate) crop_ratio: Vec<f64>,
+    /// With center-crop: the fraction of the resized shorter side kept.
+    #[arg(long, default_value_t = 0.875)]
+    pub(crate) crop_fraction: f64,
+    /// Probability of mirroring each sample left to right [default: 0.5 with
+    /// random-resized-crop, else 0].
+    #[arg(long)]
+    pub(crate) flip: Option<f64>,
+    /// With --cache and random-resized-crop: the longest side of the image the cache records
+    /// for each sample, from which each epoch cuts its box [default: twice the output's
+    /// longer side].
+    #[arg(long)]
+    pub(crate) cache_max_side: Option<u32>,
+    /// Images over this many pixels are refused.
+    #[arg(long)]
+    pub(crate) max_pixels: Option<u64>,
+    /// Deliver JPEGs that libjpeg-turbo decodes to the end while warning that their data is
+    /// damaged or padded ("Corrupt JPEG data: ..."), as Pillow and tf.data do, logging each;
+    /// by default they are errors. Truncated files are errors either way.
+    #[arg(long)]
+    pub(crate) accept_jpeg_warnings: bool,
+    /// Fail before running if the memory budget's worst case exceeds this many bytes (suffixes K, M, G, T:
+    /// powers of 1024) [default: the machine's or container's memory].
+    #[arg(long, value_parser = parse_bytes)]
+    pub(crate) host_memory_limit: Option<u64>,
+    /// Cache decoded samples in this file (written by the first epoch, read by later ones).
+    #[arg(long)]
+    pub(crate) cache: Option<PathBuf>,
+    /// This process's rank (default: $RANK, else 0).
+    #[arg(long)]
+    pub(crate) rank: Option<usize>,
+    /// Number of ranks sharing each epoch (default: $WORLD_SIZE, else 1).
+    #[arg(long)]
+    pub(crate) world_size: Option<usize>,
+    /// How ranks get equal batch counts: equal-batches (every sample once, plus a repeated sample on a short rank only where batch counts would differ), repeat or drop.
+    #[arg(long, value_enum, default_value_t = PaddingArg::EqualBatches)]
+    pub(crate) shard_padding: PaddingArg,
+    /// Write the dataset index of every delivered sample, one a line, in delivery order.
+    #[arg(long)]
+    pub(crate) indices_out: Option<PathBuf>,
+    /// Stop after this many batches (of the first epoch run) and write the loader state to
+    /// --state-out.
+    #[arg(long)]
+    pub(crate) max_batches: Option<u64>,
+    /// Where --max-batches writes the loader state (one line).
+    #[arg(long)]
+    pub(crate) state_out: Option<PathBuf>,
+    /// Resume from a loader state written by --state-out: finish that epoch, then run the
+    /// following epochs up to --epochs in all.
+    #[arg(long)]
+    pub(crate) resume_from: Option<PathBuf>,
+    /// Deliver batches to this device: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub(crate) device: String,
+    /// Print one JSON object per epoch on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Run a grid of settings (batch size x threads x prefetch x shuffle buffer x dtype), one
+    /// epoch each, and print images/s against peak RSS as a table and an SVG plot.
+    #[arg(long)]
+    pub(crate) sweep: bool,
+    /// With --sweep: images per run (the first N of the source).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) sweep_images: usize,
+    /// With --sweep: where to write the SVG plot.
+    #[arg(long, default_value = "sweep.svg")]
+    pub(crate) sweep_svg: PathBuf,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum DtypeArg {
+    F32,
+    F16,
+    Bf16,
+    U8,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum LayoutArg {
+    Nhwc,
+    Nchw,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum OnErrorArg {
+    Fail,
+    Skip,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum PaddingArg {
+    EqualBatches,
+    Repeat,
+    Drop,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum TransformArg {
+    Stretch,
+    ShorterSideCenterCrop,
+    CenterCrop,
+    RandomResizedCrop,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum FilterArg {
+    Antialiased,
+    Bilinear,
+}
+
+impl FilterArg {
+    pub(crate) fn get(self) -> ResizeFilter {
+        match self {
+            FilterArg::Bilinear => ResizeFilter::Bilinear,
+            FilterArg::Antialiased => ResizeFilter::Antialiased,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum DecoderArg {
+    Auto,
+    Turbojpeg,
+    Zune,
+}
+
+impl DecoderArg {
+    pub(crate) fn get(self) -> JpegDecoder {
+        match self {
+            DecoderArg::Auto => JpegDecoder::Auto,
+            DecoderArg::Turbojpeg => JpegDecoder::TurboJpeg,
+            DecoderArg::Zune => JpegDecoder::Zune,
+        }
+    }
+}
+
+pub(crate) fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" | "host" => Ok(Device::Host),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("unknown device `{s}`: use cpu, cuda or cuda:N")),
+    }
+}
+
+/// A byte count: digits with an optional K, M, G or T suffix (powers of 1024).
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.as_bytes().last().map(u8::to_ascii_uppercase) {
+        Some(b'K') => (&t[..t.len() - 1], 10),
+        Some(b'M') => (&t[..t.len() - 1], 20),
+        Some(b'G') => (&t[..t.len() - 1], 30),
+        Some(b'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("`{text}` is not a byte count such as 8G, 512M or 1000000"))
+}
+
+pub(crate) fn dtype_of(d: DtypeArg) -> Dtype {
+    match d {
+        DtypeArg::F32 => Dtype::F32,
+        DtypeArg::F16 => Dtype::F16,
+        DtypeArg::Bf16 => Dtype::Bf16,
+        DtypeArg::U8 => Dtype::U8,
+    }
+}

@@ -1,0 +1,395 @@
+//! `imagefeed bench` (one run of the loader, epoch by epoch, with its report) and the default benchmark `cargo run --release` runs.
+
+use std::io::Write as _;
+
+use clap::Parser;
+use imagefeed::{
+    procinfo, Device, Dtype, JpegDecoder, Layout, Loader, LoaderState, OnError, ShardPadding,
+    Source, SourceKind, Transform,
+};
+
+use crate::args::{
+    parse_device, BenchArgs, DtypeArg, LayoutArg, OnErrorArg, PaddingArg, TransformArg,
+};
+use crate::outputs::{read_state, replaceable, same_file, Output};
+use crate::{mb, AnyError};
+
+/// `cargo run --release` with no arguments: a corpus from the embedded photographs, then the
+/// loader with default settings and the decode floor on it.
+pub(crate) fn default_benchmark() -> Result<(), AnyError> {
+    let count = 2000;
+    let dir = tempfile::tempdir()?;
+    eprintln!(
+        "imagefeed: writing a {count}-image corpus from the embedded photographs to {} ...",
+        dir.path().display()
+    );
+    let summary = imagefeed::corpus::generate(dir.path(), count, 0)?;
+    eprintln!(
+        "imagefeed: {} images, {:.1} MB of JPEG, {:.2} megapixels on average",
+        summary.images,
+        mb(summary.bytes),
+        summary.mean_megapixels
+    );
+    let args = BenchArgs::parse_from([
+        "bench",
+        summary.list.to_str().ok_or("temporary path is not UTF-8")?,
+        "--epochs",
+        "2",
+    ]);
+    bench(&args)?;
+    let source = Source::open(&summary.list)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let f = imagefeed::floor::decode_floor(&source, threads, true, 160, JpegDecoder::Auto, None)?;
+    println!(
+        "decode floor (decode only, DCT-scaled, {threads} threads): {:.0} images/s",
+        f.images_per_sec
+    );
+    println!("reproduce: imagefeed corpus DIR --count {count} && imagefeed bench DIR/files.txt --epochs 2 && imagefeed floor DIR/files.txt");
+    Ok(())
+}
+
+pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
+    // Outputs never replace an input: `--indices-out files.txt` would truncate the list.
+    let inputs = [Some(&a.source), a.resume_from.as_ref(), a.cache.as_ref()];
+    let outputs = [a.indices_out.as_ref(), a.state_out.as_ref()];
+    for out in outputs.into_iter().flatten() {
+        if let Some(input) = inputs.into_iter().flatten().find(|i| same_file(out, i)) {
+            return Err(format!(
+                "{}: is also an input ({}); choose another output file",
+                out.display(),
+                input.display()
+            )
+            .into());
+        }
+    }
+    // Nor any other file it did not write (a sample, a shard of the source): an existing
+    // output must hold what that option writes.
+    if let Some(p) = &a.indices_out {
+        replaceable(p, Output::Indices)?;
+    }
+    if let Some(p) = &a.state_out {
+        replaceable(p, Output::State)?;
+    }
+
+    let source = Source::open(&a.source)?;
+    let default_shuffle_buffer = match source.kind() {
+        SourceKind::TarShards => 1000,
+        _ => 0,
+    };
+    let on_error = match a.on_error {
+        OnErrorArg::Fail => OnError::Fail,
+        OnErrorArg::Skip => OnError::Skip {
+            max: a.max_skipped.unwrap_or(u64::MAX),
+        },
+    };
+    let transform = match a.transform {
+        TransformArg::Stretch => Transform::Stretch,
+        TransformArg::ShorterSideCenterCrop => Transform::ShorterSideCenterCrop,
+        TransformArg::CenterCrop => Transform::CenterCrop {
+            crop_fraction: a.crop_fraction,
+        },
+        TransformArg::RandomResizedCrop => Transform::RandomResizedCrop {
+            scale: (a.crop_scale[0], a.crop_scale[1]),
+            ratio: (a.crop_ratio[0], a.crop_ratio[1]),
+        },
+    };
+    let transform_name = transform.name();
+    let mut builder = Loader::builder(source)
+        .batch_size(a.batch_size)
+        .decode_threads(a.threads)
+        .shuffle_buffer(a.shuffle_buffer.unwrap_or(default_shuffle_buffer))
+        .shuffle(!a.no_shuffle)
+        .prefetch(a.prefetch)
+        .readahead(a.readahead)
+        .autotune(a.autotune)
+        .image_size_hw(a.size[0], a.size[1])
+        .dtype(match a.dtype {
+            DtypeArg::F32 => Dtype::F32,
+            DtypeArg::F16 => Dtype::F16,
+            DtypeArg::Bf16 => Dtype::Bf16,
+            DtypeArg::U8 => Dtype::U8,
+        })
+        .layout(match a.layout {
+            LayoutArg::Nhwc => Layout::Nhwc,
+            LayoutArg::Nchw => Layout::Nchw,
+        })
+        .on_error(on_error)
+        .seed(a.seed)
+        .jpeg_decoder(a.decoder.get())
+        .resize_filter(a.filter.get())
+        .transform(transform)
+        .accept_jpeg_warnings(a.accept_jpeg_warnings)
+        .device(parse_device(&a.device)?);
+    if let Some(p) = a.max_pixels {
+        builder = builder.max_pixels(p);
+    }
+    if let Some(l) = a.host_memory_limit {
+        builder = builder.host_memory_limit(l);
+    }
+    if let Some(c) = &a.cache {
+        builder = builder.cache(c);
+    }
+    if let Some(p) = a.flip {
+        builder = builder.flip_horizontal(p);
+    }
+    if let Some(s) = a.cache_max_side {
+        builder = builder.cache_max_side(s);
+    }
+    builder = builder.shard_from_env()?;
+    if a.rank.is_some() || a.world_size.is_some() {
+        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+        builder = builder.shard(
+            a.rank.or_else(|| env("RANK")).unwrap_or(0),
+            a.world_size.or_else(|| env("WORLD_SIZE")).unwrap_or(1),
+        );
+    }
+    builder = builder.shard_padding(match a.shard_padding {
+        PaddingArg::EqualBatches => ShardPadding::EqualBatches,
+        PaddingArg::Repeat => ShardPadding::Repeat,
+        PaddingArg::Drop => ShardPadding::Drop,
+    });
+    let loader = builder.build()?;
+    let budget = loader.memory_budget();
+    if !a.json {
+        eprintln!(
+            "imagefeed: {} samples, {} decode threads, batch {}, {}, {} resize/normalize kernels, memory budget {budget}",
+            loader.len(),
+            loader.decode_threads(),
+            a.batch_size,
+            imagefeed::decoder_info(),
+            imagefeed::fuzzing::simd_kernels()
+        );
+    }
+    let resume: Option<LoaderState> = match &a.resume_from {
+        Some(p) => {
+            // The state records the source's and the ordering settings' fingerprints: the
+            // loader refuses it if either differs.
+            Some(read_state(p)?)
+        }
+        None => None,
+    };
+    let mut indices_out = match &a.indices_out {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let first_epoch = resume.map_or(0, |s| s.epoch);
+    // A resumed epoch is always finished, whatever --epochs says.
+    let count = match resume {
+        Some(_) => a.epochs.saturating_sub(first_epoch).max(1),
+        None => a.epochs,
+    };
+    let mut reports = Vec::new();
+    for epoch in (0..count).map(|i| first_epoch + i) {
+        procinfo::reset_peak_rss();
+        let bar = if a.json {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(loader.len() as u64)
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "epoch {prefix} [{bar:30}] {pos}/{len} images {per_sec} eta {eta}",
+            )?
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(epoch.to_string());
+        let sampler = AnonSampler::start();
+        let mut checksum = 0f64;
+        let mut batches = match resume {
+            Some(state) if state.epoch == epoch => loader.resume(&state),
+            _ => loader.epoch(epoch),
+        };
+        let mut delivered = 0u64;
+        let mut device_wait = std::time::Duration::ZERO;
+        while let Some(batch) = batches.next() {
+            let batch = batch?;
+            // A GPU batch counts once it is in device memory.
+            device_wait += imagefeed::gpu::wait_ready(&batch)?;
+            if let Some(out) = indices_out.as_mut() {
+                for i in batch.indices() {
+                    writeln!(out, "{i}")?;
+                }
+            }
+            delivered += 1;
+            if a.max_batches == Some(delivered) {
+                let state = batches.state();
+                if let Some(p) = &a.state_out {
+                    std::fs::write(p, format!("{state}\n"))
+                        .map_err(|e| format!("{}: {e}", p.display()))?;
+                }
+                eprintln!("imagefeed: stopped after {delivered} batches; state: {state}");
+                drop(batches);
+                if let Some(out) = indices_out.as_mut() {
+                    out.flush()?;
+                }
+                return Ok(reports);
+            }
+            // Touch the batch as a training step would read it.
+            checksum += f64::from(
+                batch
+                    .as_bytes()
+                    .iter()
+                    .step_by(4096)
+                    .map(|&b| u32::from(b))
+                    .sum::<u32>(),
+            );
+            bar.inc(batch.len() as u64);
+        }
+        drop(batches);
+        bar.finish_and_clear();
+        std::hint::black_box(checksum);
+        let s = loader.stats();
+        let peak = procinfo::peak_rss_bytes().unwrap_or(0);
+        let peak_anon = sampler.stop();
+        let mut report = serde_json::json!({
+            "epoch": epoch,
+            "images": s.images,
+            "skipped": s.skipped,
+            "seconds": s.seconds,
+            "images_per_sec": s.images_per_sec(),
+            "peak_rss_bytes": peak,
+            "peak_anon_rss_bytes": peak_anon,
+            "memory_budget_bytes": budget.steady(),
+            "memory_budget_worst_case_bytes": budget.worst_case(),
+            "decode_threads": s.decode_threads,
+            "prefetch": s.prefetch,
+            "batches": s.batches,
+            "cache_hits": s.cache_hits,
+            "from_cache": s.from_cache,
+            "wrote_cache": s.wrote_cache,
+            "cache_bytes": loader.cache_size_on_disk(),
+            "consumer_wait_fraction": s.consumer_wait_fraction(),
+            "decode_busy_seconds": s.decode_busy.as_secs_f64(),
+            "decode_wait_seconds": s.decode_wait.as_secs_f64(),
+            "read_seconds": s.read.as_secs_f64(),
+            "decode_seconds": s.decode.as_secs_f64(),
+            "resize_seconds": s.resize.as_secs_f64(),
+            "batch_write_seconds": s.batch_write.as_secs_f64(),
+            "kernels": imagefeed::fuzzing::simd_kernels(),
+            "decoder": imagefeed::decoder_info().to_string(),
+            "transform": transform_name,
+        });
+        if let Device::Cuda(n) = loader.device() {
+            gpu_report(&mut report, n, &s, device_wait, a.json);
+        }
+        if a.json {
+            println!("{report}");
+        } else {
+            let cache_note = match (s.from_cache, s.wrote_cache, loader.cache_size_on_disk()) {
+                (true, _, Some(b)) => format!(", read from the cache ({:.1} MB on disk)", mb(b)),
+                (_, true, Some(b)) => format!(", wrote the cache ({:.1} MB on disk)", mb(b)),
+                (_, true, None) => ", wrote the cache (incomplete)".to_string(),
+                _ if a.cache.is_some() => ", cache not used".to_string(),
+                _ => String::new(),
+            };
+            println!(
+                "epoch {epoch}: {} images, {} skipped, {:.2} s, {:.0} images/s, peak RSS {:.1} MB (anonymous {:.1} MB), steady memory budget {:.1} MB (worst case {:.1} MB), consumer waited {:.0}% of the time, {} decode threads, prefetch {}{cache_note}",
+                s.images,
+                s.skipped,
+                s.seconds,
+                s.images_per_sec(),
+                mb(peak),
+                mb(peak_anon),
+                mb(budget.steady()),
+                mb(budget.worst_case()),
+                100.0 * s.consumer_wait_fraction(),
+                s.decode_threads,
+                s.prefetch
+            );
+            if s.images > 0 && !s.from_cache {
+                let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / s.images as f64;
+                println!(
+                    "  per image (thread time): read {:.0} us, decode {:.0} us, resize {:.0} us, batch write {:.0} us; decode threads waited {:.0} us",
+                    us(s.read),
+                    us(s.decode),
+                    us(s.resize),
+                    us(s.batch_write),
+                    us(s.decode_wait)
+                );
+            }
+            // Each reason starts with the file's path.
+            for (_, reason) in s.skipped_samples.iter().take(20) {
+                eprintln!("  skipped {reason}");
+            }
+            if s.skipped_samples.len() > 20 {
+                eprintln!("  ... and {} more skipped", s.skipped - 20);
+            }
+        }
+        reports.push(report);
+    }
+    if let Some(out) = indices_out.as_mut() {
+        out.flush()?;
+    }
+    Ok(reports)
+}
+
+/// Adds the GPU figures of an epoch to its report (and prints them without `--json`): images/s
+/// into GPU memory, host-to-device GB/s while copying, and the share of the epoch the consumer
+/// waited for batches (in `next()` or for a batch's copy to finish).
+pub(crate) fn gpu_report(
+    report: &mut serde_json::Value,
+    ordinal: usize,
+    s: &imagefeed::Stats,
+    device_wait: std::time::Duration,
+    json: bool,
+) {
+    let waited = if s.seconds > 0.0 {
+        ((s.consumer_wait + device_wait).as_secs_f64() / s.seconds).min(1.0)
+    } else {
+        0.0
+    };
+    let fields = serde_json::json!({
+        "device": format!("cuda:{ordinal}"),
+        "gpu_images_per_sec": s.images_per_sec(),
+        "h2d_bytes": s.h2d_bytes,
+        "h2d_gb_per_sec": s.h2d_gb_per_sec(),
+        "device_wait_seconds": device_wait.as_secs_f64(),
+        "gpu_consumer_wait_fraction": waited,
+    });
+    if let (Some(r), serde_json::Value::Object(f)) = (report.as_object_mut(), fields) {
+        r.extend(f);
+    }
+    if !json {
+        println!(
+            "  cuda:{ordinal}: {:.0} images/s into GPU memory, host-to-device {:.1} GB/s while copying ({:.1} MB measured), consumer waited {:.0}% of the time (device copies {:.2} s)",
+            s.images_per_sec(),
+            s.h2d_gb_per_sec(),
+            mb(s.h2d_bytes),
+            100.0 * waited,
+            device_wait.as_secs_f64()
+        );
+    }
+}
+
+/// Samples the process's anonymous RSS (heap and stacks, not mapped cache files) every 5 ms:
+/// the kernel keeps no peak for it.
+pub(crate) struct AnonSampler {
+    pub(crate) stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) handle: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl AnonSampler {
+    pub(crate) fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("imagefeed-rss-sampler".into())
+            .spawn(move || {
+                let mut peak = 0;
+                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak = peak.max(procinfo::anon_rss_bytes().unwrap_or(0));
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                peak.max(procinfo::anon_rss_bytes().unwrap_or(0))
+            })
+            .ok();
+        AnonSampler { stop, handle }
+    }
+
+    pub(crate) fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.take().and_then(|h| h.join().ok()).unwrap_or(0)
+    }
+}
