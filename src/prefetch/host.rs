@@ -1,4 +1,4 @@
-//! A simulated device: the slot ring of `cuda.rs` with host memory only, so that CPU-only CI
+//! A simulated device: the slot ring of `cuda/` with host memory only, so that CPU-only CI
 //! runs the ring through the whole pipeline (batcher writes `u8` into a slot, submission,
 //! delivery, release on drop, shutdown mid-epoch). Enabled by the hidden builder setting
 //! `simulate_device_staging(true)`; the loader still reports [`Device::Host`](crate::Device).

@@ -2,7 +2,7 @@
 //!
 //! [`Staging::Host`] hands batches over in ordinary host memory through the prefetch queue.
 //! With the `cuda` feature, [`Device::Cuda`] stages them through a **ring of slots** (see
-//! `cuda.rs`); without it, asking for a GPU is
+//! `cuda/`); without it, asking for a GPU is
 //! [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled), or a logged fallback to
 //! the host with `fallback_to_host(true)`. `host.rs` runs the same ring with host memory only:
 //! a testing aid that lets CPU-only CI drive the ring through the whole pipeline.

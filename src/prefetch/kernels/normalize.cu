@@ -1,9 +1,9 @@
 // The normalize kernel of imagefeed's `cuda` feature, compiled at run time with NVRTC
-// (src/prefetch/cuda.rs includes this file with `include_str!`). One thread per pixel: `u8` RGB
+// (src/prefetch/cuda/kernel.rs includes this file with `include_str!`). One thread per pixel: `u8` RGB
 // in (NHWC), the output dtype out in NHWC or NCHW. No headers: `f16` rounding is the PTX
 // instruction `cuda_fp16.h` uses, `bf16` rounding is the `half` crate's.
 
-// Passed by value; the same layout as `KernelParams` in cuda.rs.
+// Passed by value; the same layout as `KernelParams` in cuda/kernel.rs.
 struct Params {
     unsigned long long pixels;
     unsigned long long plane;
