@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
+use crate::decode::{mean_squared_error, DecodeSettings, Decoder, JpegDecoder, LargeGate};
 use crate::error::Error;
 use crate::source::Source;
 use crate::transform::{Geometry, ResizeFilter};
@@ -309,15 +309,6 @@ fn compare(
         },
         min_psnr_db: if images > 0 { min } else { 0.0 },
     })
-}
-
-/// The mean squared difference of two equally long `u8` buffers.
-pub(crate) fn mean_squared_error(a: &[u8], b: &[u8]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-        .sum::<f64>()
-        / a.len().max(1) as f64
 }
 
 #[cfg(test)]

@@ -701,7 +701,7 @@ mod tests {
                     &mut b,
                 )
                 .unwrap();
-            let mse = crate::floor::mean_squared_error(&a, &b);
+            let mse = crate::decode::mean_squared_error(&a, &b);
             let psnr = 10.0 * (255.0f64 * 255.0 / mse.max(1e-9)).log10();
             assert!(psnr >= 40.0, "{name}: planes against RGB {psnr:.1} dB");
         }
@@ -784,7 +784,7 @@ mod tests {
                 d.crop = super::super::stored_crop(&geom, &draw, d.width, d.height, d.orientation);
                 resizer.resize_orient(&d, &geom, false, &mut want).unwrap();
                 let psnr = |x: &[u8]| {
-                    let mse = crate::floor::mean_squared_error(x, &want);
+                    let mse = crate::decode::mean_squared_error(x, &want);
                     10.0 * (255.0f64 * 255.0 / mse.max(1e-9)).log10()
                 };
                 let name = path.file_name().unwrap().to_string_lossy();

@@ -585,6 +585,16 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
     (u64::from(w) * u64::from(h) <= settings.max_pixels).then(|| decoding.saturating_add(len))
 }
 
+/// The mean squared difference of two equally long `u8` buffers (the PSNR of `imagefeed floor`
+/// and of the decode tests).
+pub(crate) fn mean_squared_error(a: &[u8], b: &[u8]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+        .sum::<f64>()
+        / a.len().max(1) as f64
+}
+
 /// Bytes of a `w`×`h` RGB8 image.
 fn rgb_bytes(w: u32, h: u32) -> u64 {
     (u64::from(w) * u64::from(h)).saturating_mul(3)
