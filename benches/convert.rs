@@ -10,51 +10,15 @@ use std::hint::black_box;
 
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use imagefeed::{Batch, Batches, Dtype, Loader, Source};
-
-/// Endless batches of `dtype` from the test photographs, epoch after epoch.
-struct Feed {
-    loader: Loader,
-    epoch: u64,
-    batches: Batches,
-}
-
-impl Feed {
-    fn new(dtype: Dtype) -> Feed {
-        let photos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/photos");
-        let entries = (0..256).map(|i| (photos.join(format!("photo_{}.jpg", i % 6)), i % 6));
-        let loader = Loader::builder(Source::from_entries(entries).expect("the test photos"))
-            .batch_size(64)
-            .dtype(dtype)
-            .build()
-            .expect("a loader");
-        let batches = loader.epoch(0);
-        Feed {
-            loader,
-            epoch: 0,
-            batches,
-        }
-    }
-
-    fn next(&mut self) -> Batch {
-        loop {
-            match self.batches.next() {
-                Some(batch) => return batch.expect("a batch of the test photos"),
-                None => {
-                    self.epoch += 1;
-                    self.batches = self.loader.epoch(self.epoch);
-                }
-            }
-        }
-    }
-}
+use imagefeed::fuzzing::BatchFeed;
+use imagefeed::Dtype;
 
 fn convert(c: &mut Criterion) {
     let mut g = c.benchmark_group("candle_cpu");
     g.sample_size(30);
     for dtype in [Dtype::F32, Dtype::U8] {
-        let mut feed = Feed::new(dtype);
-        let batch = feed.next();
+        let mut feed = BatchFeed::photos(dtype).expect("a loader over the test photos");
+        let batch = feed.next_batch().expect("a batch");
         g.throughput(Throughput::Bytes(batch.as_bytes().len() as u64));
         let name = format!("{dtype:?}").to_lowercase();
         // The baseline: one copy of the batch's bytes into a new buffer.
@@ -66,7 +30,7 @@ fn convert(c: &mut Criterion) {
         });
         g.bench_function(BenchmarkId::new("into_candle", &name), |b| {
             b.iter_batched(
-                || feed.next(),
+                || feed.next_batch().expect("a batch"),
                 |batch| black_box(batch.into_candle(&Device::Cpu).expect("tensors")),
                 BatchSize::PerIteration,
             )

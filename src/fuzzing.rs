@@ -301,3 +301,50 @@ pub fn shuffle_buffer(n: u32, capacity: usize, seed: u64) -> u64 {
     }
     sum
 }
+
+/// Batches of 64 of the test photographs (`testdata/photos`, 160×160, `dtype`), epoch after
+/// epoch: the conversion benches take one batch at a time, outside the measured time.
+pub struct BatchFeed {
+    loader: crate::Loader,
+    epoch: u64,
+    batches: crate::Batches,
+}
+
+impl BatchFeed {
+    /// A loader over 256 entries cycling through the six test photographs.
+    ///
+    /// # Errors
+    /// The loader's, if the photographs cannot be listed or the loader built.
+    pub fn photos(dtype: Dtype) -> Result<Self, crate::Error> {
+        let photos = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/photos");
+        let entries = (0..256u32).map(|i| (photos.join(format!("photo_{}.jpg", i % 6)), i % 6));
+        let loader = crate::Loader::builder(crate::Source::from_entries(entries)?)
+            .batch_size(64)
+            .dtype(dtype)
+            .build()?;
+        let batches = loader.epoch(0);
+        Ok(BatchFeed {
+            loader,
+            epoch: 0,
+            batches,
+        })
+    }
+
+    /// The next batch, starting the next epoch where one ends.
+    ///
+    /// # Errors
+    /// The loader's, or a source that yields no batch in a whole epoch.
+    pub fn next_batch(&mut self) -> Result<crate::Batch, crate::Error> {
+        for _ in 0..2 {
+            if let Some(batch) = self.batches.next() {
+                return batch;
+            }
+            self.epoch += 1;
+            self.batches = self.loader.epoch(self.epoch);
+        }
+        Err(crate::Error::config(
+            "source",
+            "an epoch of the feed yielded no batch",
+        ))
+    }
+}
