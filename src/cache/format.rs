@@ -1,4 +1,5 @@
-//! The cache file format, and the one `unsafe` block that maps it.
+//! The cache file format, and its two `unsafe` blocks: the memory map and the release of its
+//! pages (`madvise(DONTNEED)`) once records are copied out.
 //!
 //! ```text
 //! header (HEADER_LEN = 4096 bytes)

@@ -2,10 +2,14 @@
 //! buffers, events, one dedicated stream and a small NVRTC kernel (`prefetch/kernels/normalize.cu`)
 //! that normalizes `u8` batches on the GPU: `driver` (libraries, context, errors), `kernel` (its
 //! parameters, NVRTC), `staging` (slots, copies, launches), `batch` (the public `CudaBatch`) and
-//! `diag` (`gpu-info`, copy bandwidth, reading a batch back). Its `unsafe` blocks are the driver
-//! calls and the pinned memory; every block says why it is sound. (The crate's other `unsafe` is in
-//! `transform/`, the SIMD kernels of the resize and normalize behind run-time CPU feature checks,
-//! and in `cache/format.rs`, the memory map; libjpeg-turbo's FFI is in the `imagefeed-jpeg` crate.)
+//! `diag` (`gpu-info`, copy bandwidth, reading a batch back). Its `unsafe` is the library probe
+//! (`driver`), the kernel's parameter layout (`kernel`), the pinned memory, the kernel launch and
+//! the slots' `Send`/`Sync` (`staging`), the typed view of a batch's device memory (`batch`) and
+//! raw driver calls (`diag`); every block says why it is sound. The crate's other `unsafe` is in
+//! `transform/` (the AVX2 and AVX-512 kernels of the resize, the colour conversion and the
+//! normalize, each called after a run-time CPU feature check, and the `cpuid` probe) and in
+//! `cache/format.rs` (the memory map and the release of its pages). `decode/` has none:
+//! libjpeg-turbo's FFI is in the `imagefeed-jpeg` crate.
 //!
 //! **Opening device `n`** never panics: cudarc panics on its first driver call when libcuda is
 //! absent, so [`CudaStaging::open`] first asks cudarc whether the library can be loaded, then
