@@ -1,5 +1,7 @@
 //! The sweep's plot: images/s against peak RSS as an SVG scatter plot, written by hand (about 50
-//! lines; a plotting crate would add more code and dependencies than it saves).
+//! lines). Not plotters: its SVG backend cannot attach a `<title>` to a point, so each point's
+//! hover text (batch, threads, prefetch, shuffle, dtype, images/s, MB) would be lost, and the
+//! chart code it needs is about as long as this.
 
 use crate::args::{dtype_of, DtypeArg};
 use crate::mb;
@@ -18,8 +20,8 @@ pub(crate) struct SweepPoint {
     pub(crate) worst_case: u64,
 }
 
-/// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, written by hand:
-/// a few hundred lines of SVG need no plotting crate.
+/// A scatter plot of images/s (y) against peak RSS (x), one colour per dtype, circle size by
+/// batch size.
 pub(crate) fn sweep_svg(points: &[SweepPoint]) -> String {
     let (w, h, m) = (900.0, 560.0, 70.0);
     let max_x = points.iter().map(|p| mb(p.peak_rss)).fold(1.0, f64::max) * 1.05;
