@@ -503,8 +503,10 @@ pub(crate) fn typical_working_set(
     (0..picks)
         .filter_map(|k| {
             let path = source.index.path(k * n / picks);
+            // Only regular files: opening a FIFO listed as a sample would block `build()`
+            // (the decoder refuses it by name when its turn comes).
+            let len = std::fs::metadata(&path).ok().filter(|m| m.is_file())?.len();
             let file = std::fs::File::open(&path).ok()?;
-            let len = file.metadata().ok().filter(|m| m.is_file())?.len();
             head.clear();
             file.take(SAMPLED_HEAD_BYTES).read_to_end(&mut head).ok()?;
             working_set(&head, len, settings, geom)

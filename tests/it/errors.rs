@@ -1488,6 +1488,32 @@ fn issue_6_a_fifo_or_device_as_the_list_is_an_error_not_a_hang() {
 
 #[cfg(unix)]
 #[test]
+fn a_fifo_listed_as_a_sample_neither_hangs_build_nor_the_epoch() {
+    // build() reads sampled headers for the memory budget: opening a FIFO there would block
+    // until a writer came. The FIFO is skipped by name when the epoch reaches it.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("sample.jpg");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        println!("skipped: mkfifo unavailable");
+        return;
+    }
+    let good = common::testdata("photos/photo_0.jpg");
+    let source = Source::from_entries([(fifo.clone(), 0), (good, 1)]).unwrap();
+    let (images, errors) = common::with_timeout(std::time::Duration::from_secs(20), move || {
+        let loader = Loader::builder(source)
+            .batch_size(1)
+            .on_error(OnError::Skip { max: 1 })
+            .build()
+            .unwrap();
+        let images: usize = loader.epoch(0).map(|b| b.unwrap().len()).sum();
+        (images, loader.stats().skipped)
+    });
+    assert_eq!((images, errors), (1, 1));
+}
+
+#[cfg(unix)]
+#[test]
 fn issue_6_the_floor_skips_devices_instead_of_reading_them_forever() {
     // `imagefeed floor` read each listed file whole: /dev/zero never ends.
     let good = common::testdata("photos/photo_0.jpg");
