@@ -193,6 +193,7 @@ impl Rect {
     }
 
     /// The box moved by `(-dx, -dy)`.
+    #[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
     pub(crate) fn shifted(self, dx: f64, dy: f64) -> Rect {
         Rect {
             x: self.x - dx,
