@@ -415,6 +415,69 @@ impl Batch {
             _ => None,
         }
     }
+
+    /// Takes a GPU batch's device buffer by value, without a copy, as a cudarc buffer on
+    /// `stream` (for example a framework's, to wrap as a tensor's storage): `stream` first
+    /// waits, on the GPU, for the batch's copy and normalization, and frees the buffer when it
+    /// is dropped. The loader's slot gets a new buffer of the same size (stream-ordered, from
+    /// the driver's memory pool), so the ring never waits for buffers you keep: each one you
+    /// hold is device memory of your own, outside `gpu_memory_limit`. Labels and indices are
+    /// copied to new vectors; the batch's host buffers go back to the pool.
+    ///
+    /// # Errors
+    /// A host batch ([`Batch::into_owned`] takes those), a stream of another device, or the
+    /// driver's error allocating the replacement buffer.
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")]
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use imagefeed::{Device, Loader, OwnedCudaImages, Source};
+    /// let loader = match Loader::builder(Source::from_dir("testdata/classes")?)
+    ///     .batch_size(4)
+    ///     .device(Device::Cuda(0))
+    ///     .build()
+    /// {
+    ///     Ok(loader) => loader,
+    ///     Err(e) => { eprintln!("no GPU here: {e}"); return Ok(()); }
+    /// };
+    /// let stream = imagefeed::cudarc::driver::CudaContext::new(0).unwrap().new_stream().unwrap();
+    /// for batch in loader.epoch(0) {
+    ///     let owned = batch?.into_cuda(&stream)?;
+    ///     let OwnedCudaImages::F32(images) = owned.images else { unreachable!("f32 is the default") };
+    ///     assert_eq!(images.len(), owned.shape.iter().product::<usize>());
+    ///     // `images` is a CudaSlice<f32> on `stream`, ordered after the loader's writes.
+    /// }
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
+    pub fn into_cuda(
+        mut self,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    ) -> Result<crate::OwnedCudaBatch, Error> {
+        let (epoch, position) = (self.epoch, self.position);
+        let Some(parts) = self.parts.as_mut() else {
+            return Err(Error::config(
+                "batch",
+                "the batch's buffers were already taken",
+            ));
+        };
+        let Some(Staged::Cuda(slot)) = parts.staged.as_mut() else {
+            return Err(Error::config(
+                "device",
+                "the batch is in host memory: take it with Batch::into_owned (Batch::cuda and \
+                 into_cuda are for batches of a Device::Cuda loader)",
+            ));
+        };
+        let (images, shape) = crate::prefetch::cuda::take_images(slot, &self.format, stream)?;
+        Ok(crate::OwnedCudaBatch {
+            images,
+            labels: parts.labels.clone(),
+            indices: parts.indices.clone(),
+            shape,
+            epoch,
+            position,
+        })
+    }
 }
 
 impl Drop for Batch {

@@ -354,6 +354,25 @@ impl LoaderBuilder {
         self
     }
 
+    /// With [`Device::Cuda`], queue the batches' copies and normalization on `stream` (a
+    /// stream of the same device, for example a training framework's: candle's
+    /// `CudaDevice::cuda_stream()`) instead of a stream of the loader's own (the default).
+    ///
+    /// On a stream of its own the loader's copies overlap the training step's kernels, and a
+    /// consumer's stream waits on each batch's ready event (GPU-side; [`CudaBatch::wait_on`],
+    /// which [`Batch::into_cuda`](crate::Batch::into_cuda) and `Batch::into_candle` do). On the training stream
+    /// nothing needs to wait (the stream's order is the synchronization) but the copies queue
+    /// behind the step's work instead of overlapping it. `build` fails if the stream belongs
+    /// to another device. Ignored on the host.
+    ///
+    /// [`CudaBatch::wait_on`]: crate::CudaBatch::wait_on
+    #[cfg(feature = "cuda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+    pub fn cuda_stream(mut self, stream: std::sync::Arc<cudarc::driver::CudaStream>) -> Self {
+        self.cfg.cuda_stream = Some(stream);
+        self
+    }
+
     /// Testing aid: on the host, run batches through the device slot ring with host memory
     /// standing in for the GPU (see `prefetch/host.rs`).
     #[doc(hidden)]

@@ -105,6 +105,9 @@ pub(crate) struct Config {
     pub(crate) fallback_to_host: bool,
     pub(crate) gpu_memory_limit: Option<u64>,
     pub(crate) gpu_normalize: bool,
+    /// The stream a CUDA loader queues its copies and kernel on (`None`: one of its own).
+    #[cfg(feature = "cuda")]
+    pub(crate) cuda_stream: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
     pub(crate) simulate_device: bool,
     pub(crate) panic_on_index: Option<u64>,
     pub(crate) cache_free_space_override: Option<u64>,
@@ -151,6 +154,8 @@ impl Default for Config {
             fallback_to_host: false,
             gpu_memory_limit: None,
             gpu_normalize: true,
+            #[cfg(feature = "cuda")]
+            cuda_stream: None,
             simulate_device: false,
             panic_on_index: None,
             cache_free_space_override: None,

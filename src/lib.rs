@@ -129,7 +129,7 @@ pub use transform::{Dtype, Layout, ResizeFilter, ResizeMode, Transform};
 pub use cudarc;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
-pub use prefetch::cuda::CudaBatch;
+pub use prefetch::cuda::{CudaBatch, OwnedCudaBatch, OwnedCudaImages};
 
 // A loader is shared between threads; an epoch's iterator and its batches move to others
 // (a training loop on another thread, a framework's data-loader adapter). Checked at compile

@@ -256,3 +256,117 @@ fn issue_4_gpu_memory_limit_is_a_hard_cap() {
     );
     assert_eq!(loader.epoch(0).count(), loader.batches_per_epoch());
 }
+
+/// A taken batch's values as `f32`, read back to the host.
+fn owned_f32(images: &imagefeed::OwnedCudaImages) -> Vec<f32> {
+    use imagefeed::OwnedCudaImages as I;
+    match images {
+        I::F32(s) => s.stream().clone_dtoh(s).unwrap(),
+        I::F16(s) => s
+            .stream()
+            .clone_dtoh(s)
+            .unwrap()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        I::Bf16(s) => s
+            .stream()
+            .clone_dtoh(s)
+            .unwrap()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        I::U8(s) => s
+            .stream()
+            .clone_dtoh(s)
+            .unwrap()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        _ => unreachable!("every dtype is listed"),
+    }
+}
+
+fn owned_ptr(images: &imagefeed::OwnedCudaImages) -> u64 {
+    use imagefeed::cudarc::driver::DevicePtr;
+    use imagefeed::OwnedCudaImages as I;
+    match images {
+        I::F32(s) => s.device_ptr(s.stream()).0,
+        I::F16(s) => s.device_ptr(s.stream()).0,
+        I::Bf16(s) => s.device_ptr(s.stream()).0,
+        I::U8(s) => s.device_ptr(s.stream()).0,
+        _ => unreachable!("every dtype is listed"),
+    }
+}
+
+#[test]
+fn gpu_batches_taken_by_value_are_their_device_buffer_and_outlive_the_loader() {
+    need_gpu!();
+    let stream = imagefeed::cudarc::driver::CudaContext::new(0)
+        .unwrap()
+        .new_stream()
+        .unwrap();
+    let source = || repeated(60);
+    for (dtype, layout, gpu_normalize) in [
+        (Dtype::F32, Layout::Nchw, true),
+        (Dtype::F16, Layout::Nhwc, true),
+        (Dtype::Bf16, Layout::Nchw, false),
+        (Dtype::U8, Layout::Nhwc, true), // no kernel: the copied buffer is the batch
+    ] {
+        let what = format!("{dtype:?} {layout:?} gpu_normalize({gpu_normalize})");
+        let tweak = |b: LoaderBuilder| b.dtype(dtype).layout(layout).gpu_normalize(gpu_normalize);
+        let host = tweak(builder(source(), Device::Host)).build().unwrap();
+        let gpu = tweak(builder(source(), Device::Cuda(0))).build().unwrap();
+        let (slots, ..) = gpu.device_slots();
+        // Every batch of the epoch is taken and held: more than the ring has slots.
+        let mut kept = Vec::new();
+        for b in gpu.epoch(0) {
+            let b = b.unwrap();
+            let ptr = b.cuda().unwrap().device_ptr();
+            let owned = b.into_cuda(&stream).unwrap();
+            assert_eq!(owned_ptr(&owned.images), ptr, "{what}: taken, not copied");
+            kept.push(owned);
+        }
+        assert!(
+            kept.len() > slots,
+            "{what}: {} batches, {slots} slots",
+            kept.len()
+        );
+        let (_, created, free) = gpu.device_slots();
+        assert_eq!(free, created, "{what}: every slot is back in the ring");
+        // Each batch's buffer is its own: the loader wrote every later batch elsewhere.
+        drop(gpu);
+        let want: Vec<Batch> = host.epoch(0).map(Result::unwrap).collect();
+        assert_eq!(kept.len(), want.len(), "{what}");
+        for (k, (got, h)) in kept.iter().zip(&want).enumerate() {
+            assert_eq!(got.shape, h.shape(), "{what}");
+            assert_eq!(got.labels, h.labels(), "{what}");
+            assert_eq!(got.indices, h.indices(), "{what}");
+            let g = owned_f32(&got.images);
+            let w = imagefeed::gpu::images_f32(h).unwrap();
+            assert_eq!(g.len(), w.len(), "{what}");
+            for (i, (&x, &y)) in g.iter().zip(&w).enumerate() {
+                assert!(
+                    within_rounding(dtype, x, y),
+                    "{what}: batch {k} element {i} is {x} taken from the GPU, {y} on the host"
+                );
+            }
+        }
+        println!("{what}: {} batches taken through {slots} slots", kept.len());
+    }
+}
+
+#[test]
+fn a_loader_on_the_consumers_stream_delivers_the_same_batches() {
+    need_gpu!();
+    let stream = imagefeed::cudarc::driver::CudaContext::new(0)
+        .unwrap()
+        .new_stream()
+        .unwrap();
+    let (host, gpu) = host_and_gpu(|b| b.cuda_stream(stream.clone()));
+    for b in gpu.epoch(0) {
+        let b = b.unwrap();
+        assert!(std::sync::Arc::ptr_eq(b.cuda().unwrap().stream(), &stream));
+    }
+    compare(&host, &gpu, "on the consumer's stream");
+}

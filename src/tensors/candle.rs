@@ -13,9 +13,12 @@ impl Batch {
     /// batch stays the loader's (dropping it returns its buffer); see [`Batch::into_candle`]
     /// for a CPU tensor without a copy.
     ///
-    /// An error for a batch in GPU memory only (a loader built with `Device::Cuda`): build the
-    /// loader for the host and let candle copy it to its device, or take the device buffer
-    /// with `Batch::cuda`.
+    /// A batch in GPU memory only (a loader built with `Device::Cuda`) on a candle CUDA device
+    /// of the same GPU, with the feature `candle-cuda`: one copy on the device, into a tensor
+    /// of candle's own (queued on candle's stream after the batch is ready); the slot is
+    /// reused once that copy is done. [`Batch::into_candle`] takes the buffer without a copy.
+    /// Without `candle-cuda`, such a batch is an error: build the loader for the host and
+    /// let candle copy it, or read the device buffer with `Batch::cuda`.
     ///
     /// ```
     /// # fn main() -> Result<(), imagefeed::Error> {
@@ -30,6 +33,11 @@ impl Batch {
     /// ```
     pub fn to_candle(&self, device: &Device) -> Result<(Tensor, Tensor), Error> {
         if !self.is_on_host() {
+            #[cfg(feature = "candle-cuda")]
+            if let (Device::Cuda(dev), Some(gpu)) = (device, self.cuda()) {
+                let images = gpu.copy_on(&dev.cuda_stream())?;
+                return cuda_tensors(images, gpu.shape(), self.labels().to_vec(), dev);
+            }
             return Err(gpu_only());
         }
         let shape = self.shape();
@@ -45,11 +53,26 @@ impl Batch {
         Ok((images, labels))
     }
 
-    /// As [`Batch::to_candle`], taking the batch's buffers ([`Batch::into_owned`]): on the CPU
-    /// the tensors own them, without a copy, and the loader allocates new ones; on a CUDA
-    /// device, one copy.
+    /// As [`Batch::to_candle`], taking the batch's buffers: no copy where the tensor can own
+    /// them, and the loader allocates new ones in their place.
+    ///
+    /// - A host batch on the CPU: the tensors own its vectors ([`Batch::into_owned`]).
+    /// - A host batch on a CUDA device: one copy, host to device.
+    /// - A GPU batch (a `Device::Cuda` loader, feature `candle-cuda`) on a candle CUDA device
+    ///   of the same GPU: the batch's device buffer becomes the image tensor's storage
+    ///   ([`Batch::into_cuda`] on candle's stream, which waits for the batch on the GPU), with
+    ///   no copy on the device. The tensor owns that memory; the loader's slot gets a new
+    ///   buffer, so a training step may hold any number of these tensors without the loader
+    ///   waiting, and each one it holds is device memory outside the loader's budget. Building
+    ///   the loader with `.cuda_stream(dev.cuda_stream())` puts its copies on candle's stream
+    ///   (no wait at all, but no overlap with the step's kernels either).
     pub fn into_candle(self, device: &Device) -> Result<(Tensor, Tensor), Error> {
         if !self.is_on_host() {
+            #[cfg(feature = "candle-cuda")]
+            if let Device::Cuda(dev) = device {
+                let owned = self.into_cuda(&dev.cuda_stream())?;
+                return cuda_tensors(owned.images, owned.shape, owned.labels, dev);
+            }
             return Err(gpu_only());
         }
         let owned = self.into_owned()?;
@@ -70,9 +93,38 @@ impl Batch {
 fn gpu_only() -> Error {
     Error::config(
         "device",
-        "the batch is in GPU memory only: build the loader for the host (candle copies a host \
-         batch to its device), or read the device buffer with Batch::cuda()",
+        if cfg!(feature = "candle-cuda") {
+            "the batch is in GPU memory only and the tensor's device is not a CUDA device: name \
+             candle's CUDA device of the loader's GPU, or build the loader for the host"
+        } else {
+            "the batch is in GPU memory only: turn on imagefeed's `candle-cuda` feature (candle \
+             wraps the device buffer), build the loader for the host (candle copies a host \
+             batch to its device), or read the device buffer with Batch::cuda()"
+        },
     )
+}
+
+/// The images as a tensor over `images` (no copy), the labels copied to the device.
+#[cfg(feature = "candle-cuda")]
+fn cuda_tensors(
+    images: crate::OwnedCudaImages,
+    shape: [usize; 4],
+    labels: Vec<u32>,
+    dev: &candle_core::CudaDevice,
+) -> Result<(Tensor, Tensor), Error> {
+    use crate::OwnedCudaImages as I;
+    use candle_core::{op::BackpropOp, CudaStorage, Storage};
+    let storage = match images {
+        I::F32(s) => CudaStorage::wrap_cuda_slice(s, dev.clone()),
+        I::F16(s) => CudaStorage::wrap_cuda_slice(s, dev.clone()),
+        I::Bf16(s) => CudaStorage::wrap_cuda_slice(s, dev.clone()),
+        I::U8(s) => CudaStorage::wrap_cuda_slice(s, dev.clone()),
+    };
+    // The storage holds exactly `shape`'s elements, contiguous (`Batch::into_cuda`).
+    let images = Tensor::from_storage(Storage::Cuda(storage), &shape, BackpropOp::none(), false);
+    let n = labels.len();
+    let labels = Tensor::from_vec(labels, n, &Device::Cuda(dev.clone())).map_err(Error::tensor)?;
+    Ok((images, labels))
 }
 
 #[cfg(test)]
@@ -139,6 +191,72 @@ mod tests {
                 assert_eq!(cl.to_vec1::<u32>().unwrap(), b.labels());
                 assert_eq!(tl.to_vec1::<u32>().unwrap(), b.labels());
             }
+        }
+    }
+
+    /// With `candle-cuda` on a GPU machine: a GPU batch becomes a candle CUDA tensor over its
+    /// own device buffer (`into_candle`) or a copy (`to_candle`), with the host loader's
+    /// values bit for bit (f32: the kernel rounds as the host does). A binary built with
+    /// candle's `cuda` links libcuda, so without a driver this test does not start at all:
+    /// CI builds it only.
+    #[cfg(feature = "candle-cuda")]
+    #[test]
+    fn gpu_batches_become_candle_cuda_tensors_over_their_device_buffer() {
+        use crate::Device as Where;
+        use candle_core::Storage;
+        use cudarc::driver::DevicePtr;
+        if let Err(e) = crate::gpu::info() {
+            println!("skipped: no usable GPU ({e})");
+            return;
+        }
+        let dev = Device::new_cuda(0).unwrap();
+        let Device::Cuda(cuda) = &dev else {
+            unreachable!("new_cuda gives a CUDA device")
+        };
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/classes");
+        let loader = |to: Where, stream: bool| {
+            let b = Loader::builder(Source::from_dir(&root).unwrap())
+                .batch_size(3)
+                .image_size(24)
+                .layout(Layout::Nchw)
+                .device(to);
+            let b = if stream {
+                b.cuda_stream(cuda.cuda_stream())
+            } else {
+                b
+            };
+            b.build().unwrap()
+        };
+        let host: Vec<_> = loader(Where::Host, false)
+            .epoch(0)
+            .map(|b| b.unwrap())
+            .collect();
+        for on_candles_stream in [false, true] {
+            let gpu = loader(Where::Cuda(0), on_candles_stream);
+            let mut taken = 0;
+            for (b, h) in gpu.epoch(0).zip(&host) {
+                let b = b.unwrap();
+                let (copied, _) = b.to_candle(&dev).unwrap();
+                let ptr = b.cuda().unwrap().device_ptr();
+                let (t, labels) = b.into_candle(&dev).unwrap();
+                let (storage, _) = t.storage_and_layout();
+                let Storage::Cuda(cs) = &*storage else {
+                    panic!("a CUDA tensor")
+                };
+                let slice = cs.as_cuda_slice::<f32>().unwrap();
+                assert_eq!(slice.device_ptr(slice.stream()).0, ptr, "taken, not copied");
+                drop(storage);
+                assert_eq!(t.dims(), h.shape());
+                let want: Vec<u32> = h.as_f32().unwrap().iter().map(|v| v.to_bits()).collect();
+                for t in [&t, &copied] {
+                    let got = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want);
+                }
+                assert_eq!(labels.to_vec1::<u32>().unwrap(), h.labels());
+                taken += 1;
+            }
+            assert_eq!(taken, host.len());
         }
     }
 }

@@ -3,10 +3,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, CudaView};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, CudaView, DeviceRepr};
 use half::{bf16, f16};
 
-use super::driver::drv;
+use super::driver::{drv, guarded};
 use super::staging::CudaSlot;
 use crate::config::BatchFormat;
 use crate::error::Error;
@@ -31,8 +31,9 @@ use crate::transform::{Dtype, Layout};
 /// - tch: `Tensor::from_blob(batch.device_ptr() as *const u8, &shape, &strides, kind,
 ///   Device::Cuda(n))` with the contiguous strides of [`shape`](Self::shape), on the legacy
 ///   default stream (or call `release_after` with torch's current stream).
-/// - candle takes ownership of device memory: copy the view into a new slice on your stream
-///   (`stream.clone_dtod(&view)`, microseconds on the device) and wrap that.
+/// - candle (feature `candle-cuda`): `Batch::into_candle` makes the buffer the tensor's
+///   storage; any cudarc user: [`Batch::into_cuda`](crate::Batch::into_cuda) takes it as a
+///   `CudaSlice` on their stream. Both give the slot a new buffer, so nothing waits for them.
 /// - any other framework: [`device_ptr`](Self::device_ptr), [`shape`](Self::shape),
 ///   [`dtype`](Self::dtype), and the event or stream to wait on.
 ///
@@ -211,5 +212,141 @@ impl<'a> CudaBatch<'a> {
             .map_err(drv("cannot record a release", self.ordinal()))?;
         self.slot.release_recorded.store(true, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// A batch's images in GPU memory, taken by value ([`Batch::into_cuda`](crate::Batch::into_cuda)):
+/// cudarc buffers of the batch's dtype that the caller owns, on the stream it named.
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OwnedCudaImages {
+    /// `f32` values.
+    F32(CudaSlice<f32>),
+    /// IEEE half-precision values.
+    F16(CudaSlice<f16>),
+    /// bfloat16 values.
+    Bf16(CudaSlice<bf16>),
+    /// Raw `u8` pixels.
+    U8(CudaSlice<u8>),
+}
+
+/// A GPU batch taken by value ([`Batch::into_cuda`](crate::Batch::into_cuda)): its device
+/// buffer, now the caller's, and its labels and indices on the host.
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct OwnedCudaBatch {
+    /// The images, `shape` in the batch's layout, contiguous.
+    pub images: OwnedCudaImages,
+    /// The label of each image.
+    pub labels: Vec<u32>,
+    /// The dataset index of each image.
+    pub indices: Vec<u64>,
+    /// `[n, height, width, 3]` (NHWC) or `[n, 3, height, width]` (NCHW).
+    pub shape: [usize; 4],
+    /// The epoch.
+    pub epoch: u64,
+    /// The position a [`LoaderState`](crate::LoaderState) resumes from after this batch.
+    pub position: u64,
+}
+
+/// `stream` must be on the slot's device (and so in its primary context, where cudarc and
+/// candle open every device).
+fn check_stream(slot: &CudaSlot, stream: &CudaStream) -> Result<usize, Error> {
+    let n = slot.stream.context().ordinal();
+    let theirs = stream.context();
+    if theirs.ordinal() != n || theirs.cu_ctx() != slot.stream.context().cu_ctx() {
+        return Err(Error::config(
+            "stream",
+            format!(
+                "the batch is on CUDA device {n} and the stream on CUDA device {} (or in another \
+                 context of it): name a stream of the loader's device",
+                theirs.ordinal()
+            ),
+        ));
+    }
+    Ok(n)
+}
+
+/// Takes the batch's device buffer as `OwnedCudaImages` on `stream`, which first waits (on the
+/// GPU) for the batch to be ready; the slot keeps a new buffer. No copy.
+pub(crate) fn take_images(
+    slot: &mut CudaSlot,
+    format: &BatchFormat,
+    stream: &Arc<CudaStream>,
+) -> Result<(OwnedCudaImages, [usize; 4]), Error> {
+    let n = check_stream(slot, stream)?;
+    let view = CudaBatch::new(slot, format);
+    let (shape, elems, dtype) = (view.shape(), view.len(), view.dtype());
+    if view.num_bytes() > slot.data().len() {
+        return Err(Error::device(format!(
+            "CUDA device {n}: a batch of {} bytes does not fit its {} byte buffer",
+            view.num_bytes(),
+            slot.data().len()
+        )));
+    }
+    guarded(n, || {
+        // Everything `stream` queues from now on (the framework's reads, and the free when
+        // the buffer is dropped) comes after the copy and the kernel that wrote it.
+        stream
+            .wait(&slot.ready)
+            .map_err(drv("cannot wait for a batch", n))?;
+        let ptr = slot.take_data()?.leak();
+        /// The allocation as `len` values of `T` on `stream`, which frees it when dropped.
+        fn upgrade<T: DeviceRepr>(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> CudaSlice<T> {
+            // SAFETY: `ptr` is a live device allocation of this context (leaked above, so
+            // nothing else frees it) of at least `len × size_of::<T>()` bytes (checked above),
+            // aligned to 256 bytes; it holds `len` values of the batch's dtype, whose Rust type
+            // `T` is (the match below), every bit pattern of which is valid. The stream waited
+            // for the writes.
+            unsafe { stream.upgrade_device_ptr(ptr, len) }
+        }
+        let images = match dtype {
+            Dtype::F32 => OwnedCudaImages::F32(upgrade(stream, ptr, elems)),
+            Dtype::F16 => OwnedCudaImages::F16(upgrade(stream, ptr, elems)),
+            Dtype::Bf16 => OwnedCudaImages::Bf16(upgrade(stream, ptr, elems)),
+            Dtype::U8 => OwnedCudaImages::U8(upgrade(stream, ptr, elems)),
+        };
+        Ok((images, shape))
+    })
+}
+
+impl CudaBatch<'_> {
+    /// A copy of the images in a new buffer on `stream` (one device-to-device copy, queued
+    /// after the batch is ready); the slot is released after the copy.
+    #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
+    pub(crate) fn copy_on(&self, stream: &Arc<CudaStream>) -> Result<OwnedCudaImages, Error> {
+        let n = check_stream(self.slot, stream)?;
+        self.wait_on(stream)?;
+        let images = guarded(n, || {
+            let copy = |e| drv("cannot copy a batch on the device", n)(e);
+            let missing =
+                || Error::device(format!("CUDA device {n}: the batch's buffer is too small"));
+            Ok(match self.dtype {
+                Dtype::F32 => OwnedCudaImages::F32(
+                    stream
+                        .clone_dtod(&self.as_f32().ok_or_else(missing)?)
+                        .map_err(copy)?,
+                ),
+                Dtype::F16 => OwnedCudaImages::F16(
+                    stream
+                        .clone_dtod(&self.as_f16().ok_or_else(missing)?)
+                        .map_err(copy)?,
+                ),
+                Dtype::Bf16 => OwnedCudaImages::Bf16(
+                    stream
+                        .clone_dtod(&self.as_bf16().ok_or_else(missing)?)
+                        .map_err(copy)?,
+                ),
+                Dtype::U8 => OwnedCudaImages::U8(
+                    stream
+                        .clone_dtod(&self.as_u8().ok_or_else(missing)?)
+                        .map_err(copy)?,
+                ),
+            })
+        })?;
+        self.release_after(stream)?;
+        Ok(images)
     }
 }

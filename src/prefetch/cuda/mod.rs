@@ -38,7 +38,8 @@ mod staging;
 #[allow(clippy::unwrap_used)]
 mod tests;
 
-pub use batch::CudaBatch;
+pub(crate) use batch::take_images;
+pub use batch::{CudaBatch, OwnedCudaBatch, OwnedCudaImages};
 pub(crate) use diag::{copy_bandwidth, download_f32, info};
 pub(crate) use staging::{CudaSlot, CudaStaging};
 

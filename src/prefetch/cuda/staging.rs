@@ -159,9 +159,22 @@ impl CudaStaging {
                 mb(total as u64)
             )));
         }
-        let stream = ctx
-            .new_stream()
-            .map_err(drv("cannot create a stream", ordinal))?;
+        let stream = match &cfg.cuda_stream {
+            Some(s) if s.context().ordinal() != ordinal => {
+                return Err(Error::config(
+                    "cuda_stream",
+                    format!(
+                        "the stream is on CUDA device {} but the loader's device is CUDA device \
+                         {ordinal}",
+                        s.context().ordinal()
+                    ),
+                ))
+            }
+            Some(s) => s.clone(),
+            None => ctx
+                .new_stream()
+                .map_err(drv("cannot create a stream", ordinal))?,
+        };
         let staging = CudaStaging {
             ordinal,
             ctx,
@@ -459,5 +472,23 @@ impl CudaSlot {
 
     pub(super) fn data(&self) -> &CudaSlice<u8> {
         self.output.as_ref().unwrap_or(&self.input)
+    }
+
+    /// Takes the batch's device buffer (`output`, else `input`) and puts a new one of the same
+    /// size, zeroed and allocated on the loader's stream, in its place: the next batch in this
+    /// slot is written there, ordered after the allocation by the stream.
+    pub(super) fn take_data(&mut self) -> Result<CudaSlice<u8>, Error> {
+        let n = self.stream.context().ordinal();
+        let fresh = self
+            .stream
+            .alloc_zeros::<u8>(self.data().len())
+            .map_err(drv("cannot allocate device memory", n))?;
+        let data_ptr = fresh.device_ptr(&self.stream).0;
+        let taken = match self.output.as_mut() {
+            Some(output) => std::mem::replace(output, fresh),
+            None => std::mem::replace(&mut self.input, fresh),
+        };
+        self.data_ptr = data_ptr;
+        Ok(taken)
     }
 }
