@@ -3,7 +3,9 @@
 #   1. builds imagefeed with --features cuda --release,
 #   2. `imagefeed gpu-info` (fails clearly without a driver or a GPU),
 #   3. the GPU tests (tests/cuda.rs): device batches against the host loader's, within rounding,
-#      for f32/f16/bf16/u8 x NHWC/NCHW; slots reused and bounded; a drop mid-epoch frees them,
+#      for f32/f16/bf16/u8 x NHWC/NCHW; slots reused and bounded; a drop mid-epoch frees them;
+#      batches taken by value (`into_cuda`) are their own buffer; a loader on a caller's stream;
+#      with nvcc on PATH, the candle-cuda test (candle CUDA tensors over the batch's buffer),
 #   4. host-to-device GB/s for a 64x3x160x160 batch (u8 and f32 sizes): the loader's pinned path
 #      against pageable memory and a plain pinned cudaMemcpy of the same size (target: >= 80%),
 #   5. end-to-end images/s into GPU memory against the host-only pipeline on a corpus written by
@@ -90,6 +92,24 @@ fi
 while IFS= read -r line; do
   fig "normalize on GPU vs host: $line"
 done < <(grep -E 'batches, [0-9]+ of [0-9]+ values bit-identical' "$work/tests.txt" || true)
+
+say "candle-cuda: GPU batches as candle CUDA tensors over their own device buffer"
+# Only where nvcc is (candle-core's `cuda` compiles its kernels with it at build time);
+# CUDA_COMPUTE_CAP defaults to what nvidia-smi reports, which candle's build asks itself.
+if [ -z "${IMAGEFEED_BIN:-}" ] && command -v nvcc >/dev/null 2>&1; then
+  if cargo test --release -p imagefeed --features candle-cuda --lib tensors -- --nocapture \
+    2>&1 | tee "$work/candle.txt"; then
+    if grep -q 'skipped: no usable GPU' "$work/candle.txt"; then
+      miss "the candle-cuda test skipped: it found no usable GPU"
+    else
+      fig "candle-cuda: $(grep -E '^test result' "$work/candle.txt" | tail -1)"
+    fi
+  else
+    miss "candle-cuda tests failed (output above)"
+  fi
+else
+  fig "candle-cuda: not checked (nvcc not on PATH, or prebuilt binaries)"
+fi
 
 say "host-to-device bandwidth, 64x3x160x160 batch"
 if "$bin" gpu-copy --shape 64 3 160 160 | tee "$work/copy.txt"; then
