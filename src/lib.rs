@@ -63,8 +63,10 @@
 //! | `turbojpeg` | yes     | libjpeg-turbo 3.1.0 through the `imagefeed-jpeg` crate (built with the `cc` crate; `nasm` for its SIMD code), with imagefeed's bit-identical faster Huffman decoder and DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg. [`decoder_info`] says which decoder a build has |
 //! | `stock-libjpeg-turbo` | no | the same libjpeg-turbo without imagefeed's patch (upstream C only) |
 //! | `remote`    | no      | sources in object storage (`s3://`, `gs://`, `az://`, `http(s)://`) through object_store and tokio; the command line turns it on |
-//! | `cuda`      | no      | [`Device::Cuda`]: pinned staging, asynchronous copies and normalization on the GPU (cudarc, libcuda loaded at run time); `Batch::cuda` |
-//! | `cuda-11040` | yes    | the CUDA version cudarc is built for with `cuda` (11.4, the oldest; nothing without `cuda`); turn the default features off to choose another (README, "GPU") |
+//! | `cuda`      | no      | [`Device::Cuda`]: pinned staging, asynchronous copies and normalization on the GPU (cudarc, libcuda loaded at run time); `Batch::cuda`, `Batch::into_cuda` |
+//! | `cuda-11040` | no     | builds cudarc for CUDA 11.4 with `cuda` (nothing without it); with `cuda`, name a CUDA version this way, with `CUDARC_CUDA_VERSION`, or through another crate's cudarc features (README, "GPU") |
+//! | `candle`    | no      | `Batch::to_candle` / `Batch::into_candle`: a batch as candle-core 0.11 tensors |
+//! | `candle-cuda` | no    | `candle` + `cuda` + candle-core's `cuda`: a GPU batch becomes a candle CUDA tensor without a copy (building needs nvcc) |
 //! | `corpus`    | no      | `imagefeed::corpus`: the synthetic benchmark corpus the command line writes |
 //!
 //! ## Tuning
