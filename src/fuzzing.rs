@@ -316,11 +316,20 @@ impl BatchFeed {
     /// # Errors
     /// The loader's, if the photographs cannot be listed or the loader built.
     pub fn photos(dtype: Dtype) -> Result<Self, crate::Error> {
+        Self::photos_on(dtype, crate::Device::Host)
+    }
+
+    /// As [`BatchFeed::photos`], delivering batches to `device`.
+    ///
+    /// # Errors
+    /// The loader's: a device that cannot be used among them.
+    pub fn photos_on(dtype: Dtype, device: crate::Device) -> Result<Self, crate::Error> {
         let photos = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/photos");
         let entries = (0..256u32).map(|i| (photos.join(format!("photo_{}.jpg", i % 6)), i % 6));
         let loader = crate::Loader::builder(crate::Source::from_entries(entries)?)
             .batch_size(64)
             .dtype(dtype)
+            .device(device)
             .build()?;
         let batches = loader.epoch(0);
         Ok(BatchFeed {
