@@ -160,13 +160,19 @@ impl CudaStaging {
             )));
         }
         let stream = match &cfg.cuda_stream {
-            Some(s) if s.context().ordinal() != ordinal => {
+            Some(s) if s.context().ordinal() != ordinal || s.context().cu_ctx() != ctx.cu_ctx() => {
                 return Err(Error::config(
                     "cuda_stream",
                     format!(
-                        "the stream is on CUDA device {} but the loader's device is CUDA device \
-                         {ordinal}",
-                        s.context().ordinal()
+                        "the stream is on CUDA device {} (in {}) but the loader's device is CUDA \
+                         device {ordinal} (its primary context): name a stream of the loader's \
+                         device, made in its primary context (as cudarc and candle make them)",
+                        s.context().ordinal(),
+                        if s.context().ordinal() == ordinal {
+                            "another context"
+                        } else {
+                            "that device's context"
+                        }
                     ),
                 ))
             }
