@@ -1,7 +1,7 @@
 //! Resize and normalize, per image: 500×375 and 250×188 (a 500×375 JPEG at DCT scale 1/2) →
 //! 160×160 with each filter (a fresh resizer per call, one kept between calls, and one kept
 //! but fed a new size each call), the same antialiased resize with fast_image_resize as the
-//! baseline, and writing a 64-image batch in each dtype and layout, on one thread and on two.
+//! baseline, the horizontal flip of a 160×160 sample, and writing a 64-image batch in each dtype and layout, on one thread and on two.
 //! `cargo bench --bench transform`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -99,6 +99,15 @@ fn transform(c: &mut Criterion) {
             })
         });
     }
+    g.finish();
+
+    // The horizontal flip of a 160x160 sample (half the samples of a training epoch).
+    let mut g = c.benchmark_group("flip");
+    g.throughput(Throughput::Elements(1));
+    let mut flipped = out.clone();
+    g.bench_function("160x160", |b| {
+        b.iter(|| fuzzing::flip_horizontal(black_box(&mut flipped), 160))
+    });
     g.finish();
 
     let sample = out.clone();

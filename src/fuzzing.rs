@@ -215,6 +215,11 @@ pub fn resize(
     BenchResizer::new().resize(rgb, width, height, size, filter, out)
 }
 
+/// Mirrors an RGB8 image `width` pixels wide left to right in place, as a flipped sample is.
+pub fn flip_horizontal(rgb: &mut [u8], width: usize) {
+    crate::transform::flip_horizontal(rgb, width)
+}
+
 /// A resizer kept between calls, as a decode thread keeps one: images of a size it has seen
 /// reuse their filter taps and scratch.
 #[derive(Default)]
