@@ -51,6 +51,7 @@ if [ "$total" -eq 0 ] || [ "$(wc -l < "$out/stock.txt")" -ne "$total" ]; then
 fi
 echo "diff.sh: $total inputs (${#files[@]} files, $copies damaged copies each), each decoded at 4 scales to RGB, planes and a crop"
 echo "diffcheck: $((total - differ)) passed, $differ failed"
+grep "^diffcheck: cropped decodes" "$out/patched.err" || true
 if [ "$differ" -ne 0 ]; then
   diff <(cut -d' ' -f1-4 "$out/patched.txt") <(cut -d' ' -f1-4 "$out/stock.txt") | head -20 >&2
   exit 1

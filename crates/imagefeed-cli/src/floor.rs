@@ -20,6 +20,7 @@ pub(crate) fn stock_paths_then(stock: bool) -> Result<(), AnyError> {
             stock_huffman: true,
             no_idct_pair: true,
             no_pdep: true,
+            whole_scans: true,
         });
         Ok(())
     }

@@ -4,7 +4,8 @@
  * The switch that turns the patched fast paths off, for tests and benchmarks
  * that compare them with the stock code of the same build.  Bits: 1 = the
  * stock Huffman decoders (jdhuff.c, jdphuff.c), 2 = one 4x4 IDCT block at a
- * time (simd/x86_64/jsimd.c), 4 = no PDEP in refinement scans (jdphuff.c).
+ * time (simd/x86_64/jsimd.c), 4 = no PDEP in refinement scans (jdphuff.c),
+ * 8 = every scan of a cropped multi-scan decode to its end (jdcoefct.c).
  * Read when a scan starts; 0 (every fast path on) unless the Rust crate's
  * `testing::disable_fast_paths` set it.  No environment variable is read.
  */
@@ -27,4 +28,30 @@ void imagefeed_jpeg_set_disabled_paths(int bits)
 #else
   *(volatile int *)&disabled_paths = bits;
 #endif
+}
+
+/*
+ * The output rows a cropping decompression on this thread will read (the
+ * cropping region's y + height, in scaled rows), or 0 for every row: a
+ * multi-scan file's scans stop below them (jdcoefct.c,
+ * imagefeed_rest_of_scan_skipped()).  Set by the Rust wrapper around one
+ * tj3Decompress8() call and cleared after it; one value a thread, so decode
+ * threads do not see each other's.
+ */
+#if defined(__GNUC__) || defined(__clang__)
+static __thread unsigned int row_limit = 0;
+#elif defined(_MSC_VER)
+static __declspec(thread) unsigned int row_limit = 0;
+#else
+static _Thread_local unsigned int row_limit = 0;
+#endif
+
+unsigned int imagefeed_jpeg_row_limit(void)
+{
+  return row_limit;
+}
+
+void imagefeed_jpeg_set_row_limit(unsigned int rows)
+{
+  row_limit = rows;
 }

@@ -12,6 +12,13 @@
 //! flipped, bytes set to `FF` or `00`, the file cut short, bytes changed in the Huffman and
 //! quantization tables and the frame header, markers inserted in the image data, runs of
 //! `FF 00`, bytes deleted, inserted and duplicated, and a scan repeated.
+//!
+//! The patched build stops a cropped multi-scan (progressive) decode's scans below the crop,
+//! which the stock library does not: its compared lines decode every scan whole, and each crop
+//! is decoded again with the early end, which must give the same pixels wherever the whole-scan
+//! decode succeeded (any difference fails the run). Damaged copies whose whole frame fails but
+//! whose crop decodes are counted, single-scan and multi-scan apart, by whether the crop holds
+//! the undamaged file's pixels.
 
 use std::fmt::Write as _;
 
@@ -133,7 +140,56 @@ fn damaged(bytes: &[u8], seed: u64, copy: u64) -> Vec<u8> {
 
 /// Every decode of `bytes`, written as text: results (with libjpeg-turbo's messages) and
 /// digests of the pixels.
-fn outcomes(bytes: &[u8], rng: &mut Rng) -> String {
+/// What the patched build's early end of cropped multi-scan decodes did.
+#[derive(Default)]
+struct Checks {
+    /// Crops that decoded whole-scan without a warning but differ (or fail) with the early
+    /// end: each is a bug.
+    differ: usize,
+    /// Damaged copies whose whole frame fails to decode but whose crop decodes, [single-scan,
+    /// multi-scan] files: [other pixels than the undamaged file's crop (damage above or within
+    /// the crop that a decode notices only at the scan's end, which a crop never reaches), the
+    /// undamaged file's pixels (damage below the crop, never read)].
+    damaged: [[usize; 2]; 2],
+}
+
+/// Whether `bytes` is a progressive (multi-scan) JPEG: an SOF2 marker before the first scan.
+fn multi_scan(bytes: &[u8]) -> bool {
+    let sos = find(bytes, 0xDA).unwrap_or(bytes.len());
+    find(&bytes[..sos], 0xC2).is_some()
+}
+
+/// A cropped decode (the region set on `tj`) of `cw`x`ch`: its error and digest, with every
+/// scan decoded whole (`whole_scans`) or stopped below the crop.
+fn crop_decode(
+    tj: &mut Decompressor,
+    bytes: &[u8],
+    cw: usize,
+    ch: usize,
+    whole_scans: bool,
+) -> (Option<imagefeed_jpeg::Error>, u64) {
+    use imagefeed_jpeg::testing::{disable_fast_paths, disabled_fast_paths, FastPaths};
+    disable_fast_paths(FastPaths {
+        whole_scans,
+        ..disabled_fast_paths()
+    });
+    let mut crop = vec![0u8; cw * ch * 3];
+    let image = Image {
+        pixels: &mut crop[..],
+        width: cw,
+        pitch: cw * 3,
+        height: ch,
+        format: PixelFormat::RGB,
+    };
+    let status = tj.decompress(bytes, image).err();
+    disable_fast_paths(FastPaths {
+        whole_scans: false,
+        ..disabled_fast_paths()
+    });
+    (status, fnv(&crop))
+}
+
+fn outcomes(bytes: &[u8], original: &[u8], rng: &mut Rng, checks: &mut Checks) -> String {
     let mut out = String::new();
     for denom in [1usize, 2, 4, 8] {
         let Ok(mut tj) = Decompressor::new() else {
@@ -166,8 +222,8 @@ fn outcomes(bytes: &[u8], rng: &mut Rng) -> String {
             height: h,
             format: PixelFormat::RGB,
         };
-        let status = tj.decompress(bytes, image).err();
-        let _ = write!(out, "1/{denom} rgb {status:?} {:016x}; ", fnv(&rgb));
+        let frame = tj.decompress(bytes, image).err();
+        let _ = write!(out, "1/{denom} rgb {frame:?} {:016x}; ", fnv(&rgb));
 
         // A cropping region, as the training transforms decode one.
         let align = tj.crop_x_alignment(&header);
@@ -184,20 +240,28 @@ fn outcomes(bytes: &[u8], rng: &mut Rng) -> String {
             };
             match tj.set_cropping_region(Some(region)) {
                 Ok(()) => {
-                    let mut crop = vec![0u8; cw * ch * 3];
-                    let image = Image {
-                        pixels: &mut crop[..],
-                        width: cw,
-                        pitch: cw * 3,
-                        height: ch,
-                        format: PixelFormat::RGB,
-                    };
-                    let status = tj.decompress(bytes, image).err();
-                    let _ = write!(
-                        out,
-                        "1/{denom} crop {region:?} {status:?} {:016x}; ",
-                        fnv(&crop)
-                    );
+                    // The line compared with the stock build's decodes every scan whole, as the
+                    // stock library does; the patched one's early end of a multi-scan file's
+                    // scans below the crop is checked against it here.
+                    let (status, digest) = crop_decode(&mut tj, bytes, cw, ch, true);
+                    let _ = write!(out, "1/{denom} crop {region:?} {status:?} {digest:016x}; ");
+                    if imagefeed_jpeg::info().patched {
+                        let (early, early_digest) = crop_decode(&mut tj, bytes, cw, ch, false);
+                        if status.is_none() && (early.is_some() || early_digest != digest) {
+                            checks.differ += 1;
+                            eprintln!(
+                                "diffcheck: 1/{denom} crop {region:?}: stopping the scans below the crop gives {early:?} {early_digest:016x}, every scan whole {digest:016x}"
+                            );
+                        }
+                        // A damaged copy whose whole frame fails but whose crop decodes (with
+                        // the early end, as every single-scan crop stops after its rows).
+                        if frame.is_some() && early.is_none() {
+                            let (orig, orig_digest) = crop_decode(&mut tj, original, cw, ch, false);
+                            let same = orig.is_none() && orig_digest == early_digest;
+                            let kind = &mut checks.damaged[usize::from(multi_scan(bytes))];
+                            kind[usize::from(same)] += 1;
+                        }
+                    }
                 }
                 Err(e) => {
                     let _ = write!(out, "1/{denom} crop {region:?} refused: {e}; ");
@@ -271,6 +335,7 @@ fn main() -> std::process::ExitCode {
     };
     eprintln!("diffcheck: {}", imagefeed_jpeg::info());
     let mut lines = 0usize;
+    let mut checks = Checks::default();
     for file in files {
         let bytes = match std::fs::read(file) {
             Ok(b) => b,
@@ -287,11 +352,21 @@ fn main() -> std::process::ExitCode {
                 damaged(&bytes, seed, copy)
             };
             let mut rng = Rng(seed ^ copy);
-            let text = outcomes(&input, &mut rng);
+            let text = outcomes(&input, &bytes, &mut rng, &mut checks);
             println!("{file} {copy} {:016x} {}", fnv(text.as_bytes()), text.len());
             lines += 1;
         }
     }
     eprintln!("diffcheck: {lines} decodes of {} files", files.len());
+    if imagefeed_jpeg::info().patched {
+        let [single, multi] = checks.damaged;
+        eprintln!(
+            "diffcheck: cropped decodes with the scans stopped below the crop: {} differ from whole-scan decodes; damaged copies whose frame fails but whose crop decodes: single-scan {} as the undamaged file, {} otherwise; multi-scan {} as the undamaged file, {} otherwise",
+            checks.differ, single[1], single[0], multi[1], multi[0]
+        );
+        if checks.differ > 0 {
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     std::process::ExitCode::SUCCESS
 }

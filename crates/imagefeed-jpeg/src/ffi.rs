@@ -98,4 +98,5 @@ extern "C" {
 extern "C" {
     pub fn imagefeed_jpeg_set_disabled_paths(bits: c_int);
     pub fn imagefeed_jpeg_disabled_paths() -> c_int;
+    pub fn imagefeed_jpeg_set_row_limit(rows: std::ffi::c_uint);
 }

@@ -96,6 +96,9 @@ pub mod testing {
         pub no_idct_pair: bool,
         /// No BMI2 PDEP in progressive refinement scans.
         pub no_pdep: bool,
+        /// A cropped decode of a multi-scan (progressive) file decodes every scan to its end,
+        /// rows below the crop included.
+        pub whole_scans: bool,
     }
 
     /// Turns patched code paths off (or back on) for every decode that starts a scan after the
@@ -105,7 +108,8 @@ pub mod testing {
         {
             let bits = paths.stock_huffman as i32
                 | (paths.no_idct_pair as i32) << 1
-                | (paths.no_pdep as i32) << 2;
+                | (paths.no_pdep as i32) << 2
+                | (paths.whole_scans as i32) << 3;
             // SAFETY: stores one int atomically; no other state.
             unsafe { super::ffi::imagefeed_jpeg_set_disabled_paths(bits) }
         }
@@ -124,7 +128,32 @@ pub mod testing {
             stock_huffman: bits & 1 != 0,
             no_idct_pair: bits & 2 != 0,
             no_pdep: bits & 4 != 0,
+            whole_scans: bits & 8 != 0,
         }
+    }
+}
+
+/// The output rows the decompression running on this thread reads (0: every row), for the
+/// patch's early end of a cropped multi-scan decode; cleared when dropped, so that no other
+/// call on the thread inherits it.
+#[cfg(not(feature = "stock-libjpeg-turbo"))]
+struct RowLimit;
+
+#[cfg(not(feature = "stock-libjpeg-turbo"))]
+impl RowLimit {
+    fn set(rows: usize) -> RowLimit {
+        let rows = std::ffi::c_uint::try_from(rows).unwrap_or(0);
+        // SAFETY: stores one thread-local unsigned int; no other state.
+        unsafe { ffi::imagefeed_jpeg_set_row_limit(rows) };
+        RowLimit
+    }
+}
+
+#[cfg(not(feature = "stock-libjpeg-turbo"))]
+impl Drop for RowLimit {
+    fn drop(&mut self) {
+        // SAFETY: as in `set`.
+        unsafe { ffi::imagefeed_jpeg_set_row_limit(0) };
     }
 }
 
@@ -644,6 +673,10 @@ impl Decompressor {
             )));
         }
         let pitch = int(output.pitch, "pitch")?;
+        // A multi-scan file's scans stop below the rows a cropping region reads (the patch's
+        // jdcoefct.c); the limit holds for this call on this thread only.
+        #[cfg(not(feature = "stock-libjpeg-turbo"))]
+        let _rows = RowLimit::set(self.crop.map_or(0, |r| r.y.saturating_add(r.height)));
         // SAFETY: a live instance; `jpeg` is read only; the output holds `h` rows of `row`
         // bytes `pitch` apart, which is what libjpeg-turbo writes for this header, scaling and
         // cropping region (checked above).
@@ -902,6 +935,150 @@ mod tests {
         assert_eq!(crop_against_full(Subsamp::None), 0);
         let d = crop_against_full(Subsamp::Sub2x2);
         assert!(d <= 48, "4:2:0 crop differs by {d}");
+    }
+
+    /// A textured `w`x`h` JPEG (smooth gradients and noise, so that every scan of a
+    /// progressive file carries data in every row).
+    fn textured(w: usize, h: usize, sub: Subsamp, progressive: bool, restart_rows: i32) -> Vec<u8> {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let rgb: Vec<u8> = (0..w * h * 3)
+            .map(|i| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let (x, y, c) = ((i / 3) % w, (i / 3) / w, i % 3);
+                ((x * (c + 1) + y * 2) as u64 + (seed & 31)) as u8
+            })
+            .collect();
+        let mut c = Compressor::new().unwrap();
+        c.set_subsamp(sub).unwrap();
+        c.set_quality(90).unwrap();
+        c.set_progressive(progressive).unwrap();
+        c.set_restart_rows(restart_rows).unwrap();
+        c.compress_to_vec(Image {
+            pixels: &rgb[..],
+            width: w,
+            pitch: w * 3,
+            height: h,
+            format: PixelFormat::RGB,
+        })
+        .unwrap()
+    }
+
+    /// Decodes `jpeg` at 1/`denom` whole, or only `rows` (whole rows, y..y+h) of it.
+    fn decode_rows(jpeg: &[u8], denom: usize, rows: Option<(usize, usize)>) -> Result<Vec<u8>> {
+        let mut d = Decompressor::new()?;
+        d.set_scaling_factor(ScalingFactor::new(1, denom))?;
+        let header = d.read_header(jpeg)?;
+        let w = d.scaling_factor().scale(header.width);
+        let h = match rows {
+            Some((y, height)) => {
+                d.set_cropping_region(Some(Region {
+                    x: 0,
+                    y,
+                    width: w,
+                    height,
+                }))?;
+                height
+            }
+            None => d.scaling_factor().scale(header.height),
+        };
+        let mut out = vec![0u8; w * h * 3];
+        d.decompress(
+            jpeg,
+            Image {
+                pixels: &mut out[..],
+                width: w,
+                pitch: w * 3,
+                height: h,
+                format: PixelFormat::RGB,
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// The rows of a cropped decode of a progressive file are those of the whole frame, bit for
+    /// bit, wherever the crop ends: its scans stop below the crop (the patch's jdcoefct.c), and
+    /// the rows it outputs do not see it.
+    #[test]
+    fn cropped_progressive_rows_are_the_whole_frames() {
+        for (sub, restart) in [
+            (Subsamp::Sub2x2, 0),
+            (Subsamp::Sub2x1, 0),
+            (Subsamp::None, 0),
+            (Subsamp::Gray, 0),
+            (Subsamp::Sub2x2, 2),
+        ] {
+            let jpeg = textured(72, 200, sub, true, restart);
+            for denom in [1, 2, 4, 8] {
+                let full = decode_rows(&jpeg, denom, None).unwrap();
+                let (w, h) = (72usize.div_ceil(denom), 200usize.div_ceil(denom));
+                let row = w * 3;
+                for (y, height) in [
+                    (0, 1),
+                    (0, h / 3),
+                    (h / 4, h / 4),
+                    (h / 2, 3),
+                    (1, h - 1),
+                    (h - 2, 2),
+                ] {
+                    let height = height.max(1);
+                    let part = decode_rows(&jpeg, denom, Some((y, height))).unwrap();
+                    assert!(
+                        part == full[y * row..(y + height) * row],
+                        "{sub:?} restart {restart} 1/{denom}: rows {y}..{} differ",
+                        y + height
+                    );
+                }
+            }
+        }
+    }
+
+    /// Where every scan of a progressive file is damaged in its last rows, a whole decode fails
+    /// and a crop above the damage decodes as the undamaged file's: the rows below a crop are
+    /// never decoded. (With the stock library, the crop fails too.)
+    #[test]
+    fn a_cropped_progressive_decode_stops_above_damage_below_the_crop() {
+        let jpeg = textured(64, 1024, Subsamp::Sub2x2, true, 0);
+        // Each scan's entropy-coded data: from the end of its SOS segment to the next marker
+        // that is not a restart marker.
+        let mut scans = Vec::new();
+        let mut i = 2;
+        while i + 4 <= jpeg.len() {
+            let (marker, len) = (
+                jpeg[i + 1],
+                usize::from(jpeg[i + 2]) << 8 | usize::from(jpeg[i + 3]),
+            );
+            if marker == 0xD9 {
+                break;
+            }
+            i += 2 + len;
+            if marker == 0xDA {
+                let data = i;
+                while !(jpeg[i] == 0xFF && !matches!(jpeg[i + 1], 0x00 | 0xD0..=0xD7)) {
+                    i += 1;
+                }
+                scans.push(data..i);
+            }
+        }
+        assert!(scans.len() > 5, "{} scans", scans.len());
+        // A restart marker where none belongs, nine tenths into every scan's data (the crop
+        // below reads the first 16 of 1,024 rows, and its scans stop after 48).
+        let mut damaged = jpeg.clone();
+        for scan in scans.iter().rev() {
+            let at = scan.start + scan.len() * 9 / 10;
+            let at = (at..scan.end).find(|&i| jpeg[i - 1] != 0xFF).unwrap();
+            damaged.splice(at..at, [0xFF, 0xD3]);
+        }
+        let whole = decode_rows(&damaged, 1, None);
+        assert!(whole.is_err(), "the damage must be seen by a whole decode");
+        let want = decode_rows(&jpeg, 1, Some((0, 16))).unwrap();
+        let got = decode_rows(&damaged, 1, Some((0, 16)));
+        if cfg!(feature = "stock-libjpeg-turbo") {
+            assert!(got.is_err(), "the stock library decodes every scan whole");
+        } else {
+            assert!(got.unwrap() == want, "the crop above the damage differs");
+        }
     }
 
     #[test]

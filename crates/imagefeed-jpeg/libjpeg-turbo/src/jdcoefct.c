@@ -442,6 +442,93 @@ dummy_consume_data(j_decompress_ptr cinfo)
  * Return value is JPEG_ROW_COMPLETED, JPEG_SCAN_COMPLETED, or JPEG_SUSPENDED.
  */
 
+/*
+ * imagefeed: a cropping decode of a multi-scan (progressive) file decodes no
+ * coefficients below its crop.  A cropped decompression reads the rows it
+ * needs, then skips to the end of the image, which stops a single-scan file's
+ * decoding after the crop's last row; but a multi-scan file has consumed every
+ * scan of the whole frame before its first row is output.  Here each scan
+ * stops after the iMCU rows that the crop's output rows come from, plus
+ * IMAGEFEED_ROW_MARGIN rows below them (context upsampling reads the next
+ * iMCU row before it emits the last rows of the current one), and its
+ * remaining entropy-coded data is passed over to the next marker without
+ * being decoded.  Rows below are never output, so the rows that are come out
+ * bit for bit as a whole-frame decode gives them.
+ *
+ * The caller states the output rows it will read (the cropping region's
+ * y + height, in scaled rows) with imagefeed_jpeg_set_row_limit() before the
+ * decompression and clears it after (csrc/imagefeed_hooks.c; one value a
+ * thread); 0, the default, decodes every row.  Only Huffman-coded scans stop
+ * early, and only where a marker is found in the data: otherwise (a file cut
+ * short) the scan is decoded as before and libjpeg-turbo reports what it
+ * finds.  A test can turn it off (imagefeed_jpeg_disabled_paths(), bit 8).
+ */
+EXTERN(unsigned int) imagefeed_jpeg_row_limit(void);
+EXTERN(int) imagefeed_jpeg_disabled_paths(void);
+
+#define IMAGEFEED_ROW_MARGIN  2
+
+LOCAL(boolean)
+imagefeed_rest_of_scan_skipped(j_decompress_ptr cinfo)
+{
+  unsigned int limit = imagefeed_jpeg_row_limit();
+  struct jpeg_source_mgr *src = cinfo->src;
+  JDIMENSION per_row, rows;
+  const JOCTET *p, *end;
+
+  if (limit == 0 || cinfo->arith_code || src == NULL ||
+      (imagefeed_jpeg_disabled_paths() & 8))
+    return FALSE;
+  per_row = (JDIMENSION)cinfo->max_v_samp_factor *
+            (JDIMENSION)cinfo->_min_DCT_scaled_size;
+  if (per_row == 0)
+    return FALSE;
+  rows = (JDIMENSION)((limit + per_row - 1) / per_row) + IMAGEFEED_ROW_MARGIN;
+  if (cinfo->input_iMCU_row < rows || cinfo->input_iMCU_row >= cinfo->total_iMCU_rows)
+    return FALSE;
+  /* The entropy decoder has met the scan's end already, or a restart marker
+   * that it has read but not yet processed (its bytes are behind
+   * next_input_byte, as are the bit buffer's).
+   */
+  if (cinfo->unread_marker != 0) {
+    if (cinfo->unread_marker < (int)JPEG_RST0 ||
+        cinfo->unread_marker > (int)JPEG_RST0 + 7)
+      return TRUE;
+  }
+  /* The next marker: 0xFF followed by neither 0x00 (a stuffed 0xFF byte), nor
+   * a restart marker (inside the scan), nor 0xFF (fill bytes before a marker,
+   * which the marker reader skips).  The bit buffer holds only bytes before
+   * next_input_byte.
+   */
+  p = src->next_input_byte;
+  if (p == NULL)
+    return FALSE;
+  end = p + src->bytes_in_buffer;
+  for (;;) {
+    const JOCTET *ff = (end - p > 1) ?
+                       (const JOCTET *)memchr(p, 0xFF, (size_t)(end - p - 1)) :
+                       NULL;
+    int c;
+
+    if (ff == NULL)
+      return FALSE;
+    c = ff[1];
+    if (c != 0x00 && c != 0xFF && (c < 0xD0 || c > 0xD7)) {
+      /* An end of image with data after it may be damage inside the scan
+       * (a whole file's follows its last scan): decode as usual.
+       */
+      if (c == (int)JPEG_EOI && end - ff > 2)
+        return FALSE;
+      src->bytes_in_buffer -= (size_t)(ff - src->next_input_byte);
+      src->next_input_byte = ff;
+      cinfo->unread_marker = 0;
+      return TRUE;
+    }
+    p = ff + 1;
+  }
+}
+
+
 METHODDEF(int)
 consume_data(j_decompress_ptr cinfo)
 {
@@ -452,6 +539,13 @@ consume_data(j_decompress_ptr cinfo)
   JBLOCKARRAY buffer[MAX_COMPS_IN_SCAN];
   JBLOCKROW buffer_ptr;
   jpeg_component_info *compptr;
+
+  /* imagefeed: the rows below a crop are not decoded (see above) */
+  if (coef->MCU_vert_offset == 0 && coef->MCU_ctr == 0 &&
+      imagefeed_rest_of_scan_skipped(cinfo)) {
+    (*cinfo->inputctl->finish_input_pass) (cinfo);
+    return JPEG_SCAN_COMPLETED;
+  }
 
   /* Align the virtual buffers for the components used in this scan. */
   for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
