@@ -1055,7 +1055,7 @@ mod tests {
             i += 2 + len;
             if marker == 0xDA {
                 let data = i;
-                while !(jpeg[i] == 0xFF && !matches!(jpeg[i + 1], 0x00 | 0xD0..=0xD7)) {
+                while jpeg[i] != 0xFF || matches!(jpeg[i + 1], 0x00 | 0xD0..=0xD7) {
                     i += 1;
                 }
                 scans.push(data..i);
