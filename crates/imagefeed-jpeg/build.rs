@@ -9,7 +9,7 @@
 //! - On x86-64, the SIMD code is assembled with `nasm` (or `$NASM`) where it is installed. Where
 //!   it is not, the library is built without SIMD and a cargo warning says what that costs and
 //!   how to fix it.
-//! - With the `stock-libjpeg-turbo` feature the four files imagefeed patches are taken from
+//! - With the `stock-libjpeg-turbo` feature the five files imagefeed patches are taken from
 //!   `stock/` (upstream 3.1.0 as released) instead, and `csrc/imagefeed_hooks.c` is left out.
 //!
 //! The C is always optimized (`-O3`, as CMake's `Release` build), whatever the profile that
@@ -144,6 +144,7 @@ const PATCHED: &[(&str, &str)] = &[
     ("src/jdhuff.c", "stock/jdhuff.c"),
     ("src/jdphuff.c", "stock/jdphuff.c"),
     ("src/jdcoefct.c", "stock/jdcoefct.c"),
+    ("src/jdapistd.c", "stock/jdapistd.c"),
     ("simd/x86_64/jsimd.c", "stock/jsimd_x86_64.c"),
 ];
 

@@ -131,8 +131,13 @@ impl Decoder {
                 h as f64 / f64::from(info.height),
             )
         });
+        // A stock libjpeg-turbo cannot read a cropped decode's data to its end: strict, it
+        // decodes the whole frame at the box's scale and cuts the box after.
+        let region_reads_all = self.settings.accept_jpeg_warnings || imagefeed_jpeg::info().patched;
         let region = match crop {
-            Some(c) if !info.lossless && self.crop_regions => crop_region(&mut tj, bytes, c, w, h),
+            Some(c) if !info.lossless && self.crop_regions && region_reads_all => {
+                crop_region(&mut tj, bytes, c, w, h)
+            }
             _ => None,
         };
         let (w, h) = region.map_or((w, h), |r| (r.width, r.height));
@@ -141,6 +146,10 @@ impl Decoder {
             (c, _) => c,
         };
         tj.set_cropping_region(region).map_err(tj_err)?;
+        // Strict (the default): the data below the region is still entropy-decoded, so that a
+        // damaged file fails in every epoch and with every box as its whole decode does. With
+        // `accept_jpeg_warnings`, damage is delivered anyway, and decoding stops below the box.
+        tj.set_stop_below_crop(self.settings.accept_jpeg_warnings);
         let cmyk = info.components == 4;
         // The layout of planes libjpeg-turbo would write (None: decode to RGB). A header it
         // cannot read is left to the RGB decode to report.

@@ -179,7 +179,8 @@ fn every_file_kind_takes_every_transform() {
 }
 
 /// Damaged files fail through the crop path as through the whole decode: an error naming the
-/// file, in every epoch (a truncated file whose box lies above the cut included).
+/// file, in every epoch and with every box (a truncated file whose box lies above the cut, and
+/// a bit error the decoder notices only at the end of the data, included).
 #[test]
 fn hostile_files_fail_by_name_through_the_crop_path() {
     let dir = tempfile::tempdir().unwrap();
@@ -202,23 +203,58 @@ fn hostile_files_fail_by_name_through_the_crop_path() {
             "{msg}"
         );
     }
+    // Every file of testdata/corrupt fails with every box, in every epoch, as in a whole
+    // decode: bitflip.jpg's damage (which a decoder notices only at the end of its data) too,
+    // because a cropped decode reads the data to its end unless accept_jpeg_warnings.
     let corrupt = files_in("corrupt");
-    let loader = train(corrupt.clone())
-        .on_error(OnError::SKIP_ALL)
-        .build()
-        .unwrap();
-    let mut batches = loader.epoch(0);
-    let delivered: usize = batches.by_ref().map(|b| b.unwrap().len()).sum();
-    let stats = batches.stats();
-    assert_eq!(delivered as u64 + stats.skipped, corrupt.len() as u64);
-    let loader = train(corrupt).build().unwrap();
-    for b in loader.epoch(0) {
-        if let Err(e) = b {
-            assert!(e.to_string().contains("corrupt/"), "{e}");
-            return;
+    for t in [
+        Transform::random_resized_crop(),
+        Transform::RandomResizedCrop {
+            scale: (0.01, 0.02),
+            ratio: (1.0, 1.0),
+        },
+        Transform::center_crop(),
+        Transform::Stretch,
+    ] {
+        let loader = train(corrupt.clone())
+            .transform(t)
+            .batch_size(1)
+            .on_error(OnError::SKIP_ALL)
+            .build()
+            .unwrap();
+        for epoch in 0..4 {
+            let mut batches = loader.epoch(epoch);
+            let delivered: usize = batches.by_ref().map(|b| b.unwrap().len()).sum();
+            let stats = batches.stats();
+            assert_eq!(
+                delivered, 0,
+                "{t:?} epoch {epoch}: a corrupt file delivered"
+            );
+            assert_eq!(stats.skipped, corrupt.len() as u64, "{t:?} epoch {epoch}");
+            for (path, why) in &stats.skipped_samples {
+                assert!(
+                    path.to_string_lossy().contains("corrupt/"),
+                    "{path:?}: {why}"
+                );
+            }
         }
     }
-    panic!("no corrupt file failed");
+    let loader = train(corrupt.clone()).build().unwrap();
+    let e = loader
+        .epoch(0)
+        .find_map(|b| b.err())
+        .expect("a corrupt file fails");
+    assert!(e.to_string().contains("corrupt/"), "{e}");
+    // With accept_jpeg_warnings, damaged data is delivered (and a crop stops below its box).
+    let bitflip = Source::from_entries([(testdata("corrupt/bitflip.jpg"), 0)]).unwrap();
+    for epoch in 0..3 {
+        let loader = train(bitflip.clone())
+            .accept_jpeg_warnings(true)
+            .build()
+            .unwrap();
+        let n: usize = loader.epoch(epoch).map(|b| b.unwrap().len()).sum();
+        assert_eq!(n, 1);
+    }
 }
 
 #[test]

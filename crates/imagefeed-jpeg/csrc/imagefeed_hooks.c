@@ -55,3 +55,28 @@ void imagefeed_jpeg_set_row_limit(unsigned int rows)
 {
   row_limit = rows;
 }
+
+/*
+ * Whether a cropped decompression on this thread reads the entropy-coded data
+ * to the end of the image after its last row (jdapistd.c,
+ * imagefeed_read_rest()), so that damage anywhere is reported; 0, the
+ * default, stops below the crop.  Set by the Rust wrapper around one
+ * tj3Decompress8() call and cleared after it.
+ */
+#if defined(__GNUC__) || defined(__clang__)
+static __thread int read_to_end = 0;
+#elif defined(_MSC_VER)
+static __declspec(thread) int read_to_end = 0;
+#else
+static _Thread_local int read_to_end = 0;
+#endif
+
+int imagefeed_jpeg_read_to_end(void)
+{
+  return read_to_end;
+}
+
+void imagefeed_jpeg_set_read_to_end(int on)
+{
+  read_to_end = on;
+}

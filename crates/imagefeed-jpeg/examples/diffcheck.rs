@@ -18,7 +18,8 @@
 //! is decoded again with the early end, which must give the same pixels wherever the whole-scan
 //! decode succeeded (any difference fails the run). Damaged copies whose whole frame fails but
 //! whose crop decodes are counted, single-scan and multi-scan apart, by whether the crop holds
-//! the undamaged file's pixels.
+//! the undamaged file's pixels. Each crop is also decoded reading the data to its end
+//! (`set_stop_below_crop(false)`), which must report what the whole frame's decode reports.
 
 use std::fmt::Write as _;
 
@@ -151,6 +152,9 @@ struct Checks {
     /// the crop that a decode notices only at the scan's end, which a crop never reaches), the
     /// undamaged file's pixels (damage below the crop, never read)].
     damaged: [[usize; 2]; 2],
+    /// Crops read to the end of the data (`set_stop_below_crop(false)`) that report otherwise
+    /// than the whole frame's decode, or give other pixels than the crop: each is a bug.
+    to_end_differ: usize,
 }
 
 /// Whether `bytes` is a progressive (multi-scan) JPEG: an SOF2 marker before the first scan.
@@ -261,6 +265,22 @@ fn outcomes(bytes: &[u8], original: &[u8], rng: &mut Rng, checks: &mut Checks) -
                             let kind = &mut checks.damaged[usize::from(multi_scan(bytes))];
                             kind[usize::from(same)] += 1;
                         }
+                        // Read to its end, a crop reports what the whole frame reports, with the
+                        // pixels of the crop where both succeed.
+                        tj.set_stop_below_crop(false);
+                        let (to_end, to_end_digest) = crop_decode(&mut tj, bytes, cw, ch, false);
+                        tj.set_stop_below_crop(true);
+                        let agree = match (&frame, &to_end) {
+                            (None, None) => status.is_some() || to_end_digest == digest,
+                            (Some(a), Some(b)) => a == b,
+                            _ => false,
+                        };
+                        if !agree {
+                            checks.to_end_differ += 1;
+                            eprintln!(
+                                "diffcheck: 1/{denom} crop {region:?} read to the end gives {to_end:?} {to_end_digest:016x}, the whole frame {frame:?}, the crop {status:?} {digest:016x}"
+                            );
+                        }
                     }
                 }
                 Err(e) => {
@@ -361,10 +381,10 @@ fn main() -> std::process::ExitCode {
     if imagefeed_jpeg::info().patched {
         let [single, multi] = checks.damaged;
         eprintln!(
-            "diffcheck: cropped decodes with the scans stopped below the crop: {} differ from whole-scan decodes; damaged copies whose frame fails but whose crop decodes: single-scan {} as the undamaged file, {} otherwise; multi-scan {} as the undamaged file, {} otherwise",
-            checks.differ, single[1], single[0], multi[1], multi[0]
+            "diffcheck: cropped decodes with the scans stopped below the crop: {} differ from whole-scan decodes; damaged copies whose frame fails but whose crop decodes: single-scan {} as the undamaged file, {} otherwise; multi-scan {} as the undamaged file, {} otherwise; crops read to the end that report otherwise than the whole frame: {}",
+            checks.differ, single[1], single[0], multi[1], multi[0], checks.to_end_differ
         );
-        if checks.differ > 0 {
+        if checks.differ + checks.to_end_differ > 0 {
             return std::process::ExitCode::FAILURE;
         }
     }

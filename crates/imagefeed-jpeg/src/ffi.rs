@@ -99,4 +99,5 @@ extern "C" {
     pub fn imagefeed_jpeg_set_disabled_paths(bits: c_int);
     pub fn imagefeed_jpeg_disabled_paths() -> c_int;
     pub fn imagefeed_jpeg_set_row_limit(rows: std::ffi::c_uint);
+    pub fn imagefeed_jpeg_set_read_to_end(on: c_int);
 }

@@ -133,27 +133,47 @@ pub mod testing {
     }
 }
 
-/// The output rows the decompression running on this thread reads (0: every row), for the
-/// patch's early end of a cropped multi-scan decode; cleared when dropped, so that no other
-/// call on the thread inherits it.
+/// What a decompression does below its cropping region.
 #[cfg(not(feature = "stock-libjpeg-turbo"))]
-struct RowLimit;
+enum CropEnd {
+    /// No region.
+    Whole,
+    /// Stop below these output rows (a multi-scan file's scans too).
+    StopBelow(usize),
+    /// Read the data to its end.
+    ReadToEnd,
+}
+
+/// The patch's per-thread settings for the decompression running on this thread; cleared when
+/// dropped, so that no other call on the thread inherits them.
+#[cfg(not(feature = "stock-libjpeg-turbo"))]
+struct CropHooks;
 
 #[cfg(not(feature = "stock-libjpeg-turbo"))]
-impl RowLimit {
-    fn set(rows: usize) -> RowLimit {
-        let rows = std::ffi::c_uint::try_from(rows).unwrap_or(0);
-        // SAFETY: stores one thread-local unsigned int; no other state.
-        unsafe { ffi::imagefeed_jpeg_set_row_limit(rows) };
-        RowLimit
+impl CropHooks {
+    fn set(end: CropEnd) -> CropHooks {
+        let (rows, to_end) = match end {
+            CropEnd::Whole => (0, false),
+            CropEnd::StopBelow(rows) => (std::ffi::c_uint::try_from(rows).unwrap_or(0), false),
+            CropEnd::ReadToEnd => (0, true),
+        };
+        // SAFETY: each stores one thread-local int; no other state.
+        unsafe {
+            ffi::imagefeed_jpeg_set_row_limit(rows);
+            ffi::imagefeed_jpeg_set_read_to_end(c_int::from(to_end));
+        }
+        CropHooks
     }
 }
 
 #[cfg(not(feature = "stock-libjpeg-turbo"))]
-impl Drop for RowLimit {
+impl Drop for CropHooks {
     fn drop(&mut self) {
         // SAFETY: as in `set`.
-        unsafe { ffi::imagefeed_jpeg_set_row_limit(0) };
+        unsafe {
+            ffi::imagefeed_jpeg_set_row_limit(0);
+            ffi::imagefeed_jpeg_set_read_to_end(0);
+        }
     }
 }
 
@@ -535,6 +555,7 @@ pub struct Decompressor {
     handle: Handle,
     scaling: ScalingFactor,
     crop: Option<Region>,
+    stop_below_crop: bool,
 }
 
 impl Decompressor {
@@ -544,7 +565,20 @@ impl Decompressor {
             handle: Handle::new(ffi::TJINIT_DECOMPRESS)?,
             scaling: ScalingFactor::ONE,
             crop: None,
+            stop_below_crop: true,
         })
+    }
+
+    /// With a cropping region, whether decoding stops below it (the default) or reads the file
+    /// to its end. Stopping saves the entropy decoding of the rows below the region (and, in
+    /// this patched build, of every scan of a progressive file), but damage there is never
+    /// seen, and a bit error above it, which a decoder notices only where the data ends early
+    /// or late, can pass as wrong pixels. Reading to the end decodes the rest of the data
+    /// without its IDCT or colour conversion, so that [`decompress`](Self::decompress) reports
+    /// what a whole decode reports. A `stock-libjpeg-turbo` build always stops below a
+    /// single-scan file's region and reads every scan of a progressive one.
+    pub fn set_stop_below_crop(&mut self, stop: bool) {
+        self.stop_below_crop = stop;
     }
 
     /// Fails progressive files with more than `limit` scans (0: no limit), a guard against
@@ -673,10 +707,15 @@ impl Decompressor {
             )));
         }
         let pitch = int(output.pitch, "pitch")?;
-        // A multi-scan file's scans stop below the rows a cropping region reads (the patch's
-        // jdcoefct.c); the limit holds for this call on this thread only.
+        // Below a cropping region, a multi-scan file's scans stop (the patch's jdcoefct.c), or
+        // a single-scan file's data is read to its end (jdapistd.c); for this call on this
+        // thread only.
         #[cfg(not(feature = "stock-libjpeg-turbo"))]
-        let _rows = RowLimit::set(self.crop.map_or(0, |r| r.y.saturating_add(r.height)));
+        let _hooks = CropHooks::set(match self.crop {
+            Some(r) if self.stop_below_crop => CropEnd::StopBelow(r.y.saturating_add(r.height)),
+            Some(_) => CropEnd::ReadToEnd,
+            None => CropEnd::Whole,
+        });
         // SAFETY: a live instance; `jpeg` is read only; the output holds `h` rows of `row`
         // bytes `pitch` apart, which is what libjpeg-turbo writes for this header, scaling and
         // cropping region (checked above).
@@ -967,7 +1006,18 @@ mod tests {
 
     /// Decodes `jpeg` at 1/`denom` whole, or only `rows` (whole rows, y..y+h) of it.
     fn decode_rows(jpeg: &[u8], denom: usize, rows: Option<(usize, usize)>) -> Result<Vec<u8>> {
+        decode_rows_to(jpeg, denom, rows, true)
+    }
+
+    /// [`decode_rows`], stopping below the rows (`stop`, the default) or reading to the end.
+    fn decode_rows_to(
+        jpeg: &[u8],
+        denom: usize,
+        rows: Option<(usize, usize)>,
+        stop: bool,
+    ) -> Result<Vec<u8>> {
         let mut d = Decompressor::new()?;
+        d.set_stop_below_crop(stop);
         d.set_scaling_factor(ScalingFactor::new(1, denom))?;
         let header = d.read_header(jpeg)?;
         let w = d.scaling_factor().scale(header.width);
@@ -1078,6 +1128,41 @@ mod tests {
             assert!(got.is_err(), "the stock library decodes every scan whole");
         } else {
             assert!(got.unwrap() == want, "the crop above the damage differs");
+        }
+        // Read to the end, the crop reports the damage as the whole decode does.
+        let to_end = decode_rows_to(&damaged, 1, Some((0, 16)), false);
+        assert_eq!(to_end.unwrap_err(), whole.unwrap_err());
+    }
+
+    /// A single-scan file damaged below a crop: the crop stops above the damage and decodes as
+    /// the undamaged file's; read to the end (the patched build), it reports what the whole
+    /// decode reports.
+    #[test]
+    fn a_cropped_decode_read_to_the_end_reports_damage_below_the_crop() {
+        for restart in [0, 4] {
+            let jpeg = textured(64, 1024, Subsamp::Sub2x2, false, restart);
+            let sos = jpeg.windows(2).position(|m| m == [0xFF, 0xDA]).unwrap();
+            let end = jpeg.len() - 2;
+            let at = sos + (end - sos) * 9 / 10;
+            let at = (at..end)
+                .find(|&i| jpeg[i - 1] != 0xFF && jpeg[i] != 0xFF)
+                .unwrap();
+            let mut damaged = jpeg.clone();
+            damaged.splice(at..at, [0x00, 0xFF, 0xC8, 0x12]);
+            let whole = decode_rows(&damaged, 2, None).unwrap_err();
+            let want = decode_rows(&jpeg, 2, Some((3, 20))).unwrap();
+            assert!(decode_rows(&damaged, 2, Some((3, 20))).unwrap() == want);
+            let to_end = decode_rows_to(&damaged, 2, Some((3, 20)), false);
+            if cfg!(feature = "stock-libjpeg-turbo") {
+                assert!(
+                    to_end.unwrap() == want,
+                    "the stock library stops below the crop"
+                );
+            } else {
+                assert_eq!(to_end.unwrap_err(), whole, "restart {restart}");
+            }
+            // An undamaged file decodes the same either way.
+            assert!(decode_rows_to(&jpeg, 2, Some((3, 20)), false).unwrap() == want);
         }
     }
 
