@@ -484,7 +484,11 @@ imagefeed_rest_of_scan_skipped(j_decompress_ptr cinfo)
   if (per_row == 0)
     return FALSE;
   rows = (JDIMENSION)((limit + per_row - 1) / per_row) + IMAGEFEED_ROW_MARGIN;
-  if (cinfo->input_iMCU_row < rows || cinfo->input_iMCU_row >= cinfo->total_iMCU_rows)
+  /* Once a scan: at the first iMCU row it need not decode.  Where no marker
+   * is found there, the scan is decoded to its end without searching again
+   * (a search for every row left would read the rest of the data once a row).
+   */
+  if (cinfo->input_iMCU_row != rows || rows >= cinfo->total_iMCU_rows)
     return FALSE;
   /* The entropy decoder has met the scan's end already, or a restart marker
    * that it has read but not yet processed (its bytes are behind
