@@ -133,7 +133,13 @@ impl MemoryBudget {
             None => fetch_bound,
         };
         MemoryBudget {
-            index_bytes: source.heap_bytes() + n * 4,
+            // The source's index, the epoch's permutation, and with a strict cropping
+            // transform the digests of the files read to their end (decode/verified.rs).
+            index_bytes: (source.heap_bytes() + n * 4).saturating_add(if cfg.verifies_crops() {
+                crate::decode::VerifiedFiles::bytes(n)
+            } else {
+                0
+            }),
             in_flight_bytes: ((cfg.reorder_window() as u64)
                 .saturating_add(cfg.batch_size as u64)
                 .saturating_add(2))

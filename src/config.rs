@@ -183,6 +183,17 @@ impl Config {
                 .unwrap_or_else(|| self.width.max(self.height).saturating_mul(2))
         })
     }
+    /// Whether strict cropped decodes remember the files they read to their end cleanly
+    /// (`decode/verified.rs`, 4 bytes a sample in the index's budget): a cropping transform,
+    /// decoded by the patched libjpeg-turbo (the stock one decodes a strict crop's whole
+    /// frame), strict, without a cache (whose records spare later epochs the decode).
+    pub(crate) fn verifies_crops(&self) -> bool {
+        self.transform.crops()
+            && self.cache.is_none()
+            && !self.accept_jpeg_warnings
+            && self.jpeg_decoder != JpegDecoder::Zune
+            && crate::decode::decoder_info().patched
+    }
     /// The probability of mirroring a sample.
     pub(crate) fn flip_probability(&self) -> f64 {
         self.flip

@@ -68,7 +68,7 @@ impl Loader {
             threads: cfg.threads(),
             prefetch: cfg.prefetch,
         }));
-        let pools = crate::pipeline::Pools::new(&cfg);
+        let pools = crate::pipeline::Pools::new(&cfg, source.len());
         let gate = LargeGate::for_loader(budget.decode_share_bytes, budget.large_shared_bytes);
         Loader {
             source,

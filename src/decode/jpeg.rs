@@ -77,7 +77,8 @@ impl Decoder {
                 && sh <= 4 * th
                 && matches!(info.components, 1 | 3)
                 && !info.lossless;
-            let (layout, crop) = self.decode_turbo(bytes, path, &info, scale, planes, crop)?;
+            let (layout, crop) =
+                self.decode_turbo(bytes, path, &info, scale, planes, crop, draw.index)?;
             let (width, height) = (layout.width as u32, layout.height as u32);
             return Ok(Decoded {
                 pixels: layout.pixels(&self.rgb),
@@ -103,7 +104,9 @@ impl Decoder {
     /// `planes` is set and the file is YCbCr or grey with a subsampling libjpeg-turbo can
     /// write as planes, else as RGB. With a `crop` box (stored frame, full scale), only the
     /// rows and iMCU columns around it are decoded; returns the box in the decoded pixels.
+    /// `index` is the sample's dataset index (for `self.verified`).
     #[cfg(feature = "turbojpeg")]
+    #[allow(clippy::too_many_arguments)]
     fn decode_turbo(
         &mut self,
         bytes: &[u8],
@@ -112,6 +115,7 @@ impl Decoder {
         scale: u32,
         planes: bool,
         crop: Option<Rect>,
+        index: u64,
     ) -> Result<(Layout, Option<Rect>), Error> {
         use imagefeed_jpeg::{Colorspace, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
         let tj_err = |e: imagefeed_jpeg::Error| fail(path, format!("libjpeg-turbo: {e}"));
@@ -147,9 +151,18 @@ impl Decoder {
         };
         tj.set_cropping_region(region).map_err(tj_err)?;
         // Strict (the default): the data below the region is still entropy-decoded, so that a
-        // damaged file fails in every epoch and with every box as its whole decode does. With
-        // `accept_jpeg_warnings`, damage is delivered anyway, and decoding stops below the box.
-        tj.set_stop_below_crop(self.settings.accept_jpeg_warnings);
+        // damaged file fails in every epoch and with every box as its whole decode does, unless
+        // this loader has already read these very bytes to their end cleanly (`verified.rs`).
+        // With `accept_jpeg_warnings`, damage is delivered anyway, and decoding stops below the
+        // box.
+        let accept = self.settings.accept_jpeg_warnings;
+        let digest = match (&self.verified, region) {
+            (Some(_), Some(_)) if !accept => Some(super::verified::digest(bytes)),
+            _ => None,
+        };
+        let known_clean =
+            digest.is_some_and(|d| self.verified.as_ref().is_some_and(|v| v.is_clean(index, d)));
+        tj.set_stop_below_crop(accept || known_clean);
         let cmyk = info.components == 4;
         // The layout of planes libjpeg-turbo would write (None: decode to RGB). A header it
         // cannot read is left to the RGB decode to report.
@@ -189,7 +202,7 @@ impl Decoder {
         if target.len() < len {
             target.resize(len, 0);
         }
-        let mut run = |data: &[u8]| match &plan {
+        let mut run = |tj: &mut imagefeed_jpeg::Decompressor, data: &[u8]| match &plan {
             Some(p) => tj.decompress_to_yuv(
                 data,
                 YuvImage {
@@ -213,15 +226,34 @@ impl Decoder {
         };
         // libjpeg-turbo reports a warning as a failure after finishing the image, with the
         // text of the first warning only (see `TurboWarning`).
-        let mut result = run(bytes);
-        if let Err(imagefeed_jpeg::Error::Library { message: msg, .. }) = &result {
-            if turbo_warning(msg) == Some(TurboWarning::Metadata) {
-                // The first warning was about metadata: decode again without the JFIF and ICC
-                // segments (the pixels do not depend on them), so a later warning about the
-                // image data is not hidden behind it.
-                log::debug!("{}: libjpeg-turbo: {msg} (ignored)", path.display());
-                result = run(&header::without_segments(bytes, &[0xE0, 0xE2]));
+        let mut decode = |tj: &mut imagefeed_jpeg::Decompressor| {
+            let result = run(tj, bytes);
+            if let Err(imagefeed_jpeg::Error::Library { message: msg, .. }) = &result {
+                if turbo_warning(msg) == Some(TurboWarning::Metadata) {
+                    // The first warning was about metadata: decode again without the JFIF and
+                    // ICC segments (the pixels do not depend on them), so a later warning about
+                    // the image data is not hidden behind it.
+                    log::debug!("{}: libjpeg-turbo: {msg} (ignored)", path.display());
+                    return run(tj, &header::without_segments(bytes, &[0xE0, 0xE2]));
+                }
             }
+            result
+        };
+        let mut result = decode(&mut tj);
+        let mut read_to_end = !(accept || known_clean);
+        let data_warning = |r: &Result<(), imagefeed_jpeg::Error>| {
+            matches!(r, Err(imagefeed_jpeg::Error::Library { message, .. })
+                if turbo_warning(message) == Some(TurboWarning::Data))
+        };
+        if known_clean && data_warning(&result) {
+            // Bytes that read to their end cleanly warn when stopped below this box: judge
+            // them as the strict check does, by reading to the end again.
+            if let Some(v) = &self.verified {
+                v.forget(index);
+            }
+            tj.set_stop_below_crop(false);
+            result = decode(&mut tj);
+            read_to_end = true;
         }
         match result {
             Ok(()) => {}
@@ -267,10 +299,16 @@ impl Decoder {
                 "libjpeg-turbo: premature end of JPEG file (no end-of-image marker: truncated)",
             ));
         }
+        if let (Some(v), Some(d), true) = (&self.verified, digest, read_to_end) {
+            // Read to its end without a warning about its data (strict: one would have failed
+            // it above): later epochs may stop below their boxes.
+            v.record_clean(index, d);
+        }
         Ok((plan.unwrap_or(Layout::rgb(w, h)), crop))
     }
 
     #[cfg(not(feature = "turbojpeg"))]
+    #[allow(clippy::too_many_arguments)]
     fn decode_turbo(
         &mut self,
         bytes: &[u8],
@@ -279,6 +317,7 @@ impl Decoder {
         _scale: u32,
         _planes: bool,
         crop: Option<Rect>,
+        _index: u64,
     ) -> Result<(Layout, Option<Rect>), Error> {
         let (w, h) = self.decode_zune(bytes, path, info)?;
         Ok((Layout::rgb(w as usize, h as usize), crop))

@@ -27,13 +27,15 @@
 //! however many threads there are.
 
 //!
-//! `jpeg.rs` and `png.rs` decode each format, `gate.rs` is the large-decode gate and
-//! `header.rs` reads headers and signatures without decoding.
+//! `jpeg.rs` and `png.rs` decode each format, `gate.rs` is the large-decode gate,
+//! `header.rs` reads headers and signatures without decoding, and `verified.rs` remembers the
+//! files a strict cropped decode has read to their end.
 
 mod gate;
 pub(crate) mod header;
 mod jpeg;
 mod png;
+mod verified;
 
 use std::io::Read;
 use std::path::Path;
@@ -46,6 +48,7 @@ pub(crate) use gate::{
     SMALL_DECODE_BYTES,
 };
 use header::Format;
+pub(crate) use verified::VerifiedFiles;
 
 /// The JPEG decoder a build of imagefeed decodes with by default ([`JpegDecoder::Auto`]):
 /// what [`decoder_info`] returns.
@@ -168,6 +171,10 @@ pub(crate) struct Decoder {
     /// off, it decodes the whole frame at the box's scale and the box is cut after, as
     /// decoders without region decoding do (`fuzzing::BenchDecoder`, to measure the saving).
     pub(crate) crop_regions: bool,
+    /// The loader's files already read to their end cleanly by a strict cropped decode
+    /// (`verified.rs`): their later cropped decodes stop below the box. `None`: every strict
+    /// cropped decode reads to the end.
+    pub(crate) verified: Option<std::sync::Arc<VerifiedFiles>>,
 }
 
 /// What a decode writes.
@@ -225,6 +232,7 @@ impl Decoder {
             resizer: Resizer::new(),
             times: StageTimes::default(),
             crop_regions: true,
+            verified: None,
         }
     }
 

@@ -32,13 +32,18 @@ pub(super) fn decode_loop(
 ) {
     let cfg = &shared.cfg;
     let geom = cfg.geometry();
+    let new_decoder = || {
+        let mut decoder = Decoder::new(cfg.decode_settings());
+        decoder.verified = shared.verified.clone();
+        decoder
+    };
     // A decoder (with its grown buffers) from an earlier epoch, so later epochs allocate nothing.
     let mut decoder = shared
         .decoders
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .pop()
-        .unwrap_or_else(|| Decoder::new(cfg.decode_settings()));
+        .unwrap_or_else(new_decoder);
     let mut path = PathBuf::new();
     // A random transform's base image read from or written to the cache.
     let mut base = Vec::new();
@@ -99,7 +104,7 @@ pub(super) fn decode_loop(
             Ok(Err(e)) => Err(e),
             Err(payload) => {
                 // The decoder's buffers may be mid-update: start afresh.
-                decoder = Decoder::new(cfg.decode_settings());
+                decoder = new_decoder();
                 Err(Error::worker_panicked(
                     "decode",
                     Some(shared.source.index.path(index as usize)),

@@ -63,7 +63,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use crate::batch::Batch;
 use crate::cache::{Cache, EpochCache};
 use crate::config::Config;
-use crate::decode::{Decoder, LargeGate};
+use crate::decode::{Decoder, LargeGate, VerifiedFiles};
 use crate::error::Error;
 use crate::prefetch::{BatchParts, Staging};
 use crate::rng::Rng;
@@ -110,6 +110,8 @@ pub(crate) struct EpochShared {
     samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
     batch_pool: (Sender<BatchParts>, Receiver<BatchParts>),
     decoders: Arc<Mutex<Vec<Decoder>>>,
+    /// The files strict cropped decodes have read to their end (`decode/verified.rs`).
+    pub(crate) verified: Option<Arc<VerifiedFiles>>,
 }
 
 /// Buffers recycled across all epochs of a loader: `u8` sample buffers and batch buffers.
@@ -125,10 +127,13 @@ pub(crate) struct Pools {
     readahead: Arc<readahead::Worker>,
     /// Set once the batch pool has been filled (at the first epoch's start).
     batches_filled: Arc<std::sync::Once>,
+    /// The files strict cropped decodes have read to their end cleanly, across epochs.
+    verified: Option<Arc<VerifiedFiles>>,
 }
 
 impl Pools {
-    pub(crate) fn new(cfg: &Config) -> Self {
+    /// The pools of a loader over `samples` samples.
+    pub(crate) fn new(cfg: &Config, samples: usize) -> Self {
         Pools {
             // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
             samples: bounded(
@@ -142,6 +147,9 @@ impl Pools {
             decoders: Arc::new(Mutex::new(Vec::new())),
             readahead: Arc::new(readahead::Worker::default()),
             batches_filled: Arc::new(std::sync::Once::new()),
+            verified: cfg
+                .verifies_crops()
+                .then(|| Arc::new(VerifiedFiles::new(samples))),
         }
     }
 
@@ -271,6 +279,7 @@ pub(crate) fn start(
         samples: pools.samples.clone(),
         batch_pool: pools.batches.clone(),
         decoders: pools.decoders.clone(),
+        verified: pools.verified.clone(),
         cfg: cfg.clone(),
         source,
         stats,

@@ -293,3 +293,57 @@ fn bad_parameters_are_refused_by_build() {
         assert!(e.to_string().contains(what), "{e}");
     }
 }
+
+/// A strict cropped decode reads a file's data to its end once; a later epoch over the same
+/// bytes stops below its box (the same pixels as a decode that reads to the end), and bytes
+/// replaced between epochs are read to their end again: a damaged replacement fails by name.
+#[test]
+fn files_read_to_their_end_once_are_checked_again_when_their_bytes_change() {
+    let source = subset(&corpus_source(), 24);
+    let epochs = |loader: &Loader, e: u64| samples(loader.epoch(e));
+    let warm = train(source.clone()).build().unwrap();
+    for e in 0..2 {
+        epochs(&warm, e);
+    }
+    let fresh = train(source.clone()).build().unwrap();
+    assert!(
+        epochs(&warm, 2) == epochs(&fresh, 2),
+        "a file read to its end in earlier epochs decodes to other pixels"
+    );
+    // The digests are in the budget: 4 bytes a sample, for strict cropping transforms only.
+    let n = source.len() as u64;
+    let index = |b: LoaderBuilder| b.build().unwrap().memory_budget().index_bytes;
+    let strict = index(train(source.clone()));
+    assert_eq!(
+        strict - index(train(source.clone()).accept_jpeg_warnings(true)),
+        4 * n
+    );
+    assert_eq!(
+        strict - index(train(source.clone()).transform(Transform::Stretch)),
+        4 * n
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("replaced.jpg");
+    std::fs::copy(testdata("valid/baseline_420.jpg"), &file).unwrap();
+    let loader = train(Source::from_entries([(file.clone(), 0)]).unwrap())
+        .transform(Transform::RandomResizedCrop {
+            scale: (0.01, 0.02),
+            ratio: (1.0, 1.0),
+        })
+        .batch_size(1)
+        .build()
+        .unwrap();
+    for e in 0..3 {
+        assert_eq!(epochs(&loader, e).len(), 1, "epoch {e}");
+    }
+    // bitflip.jpg's damage shows only at the end of its data: boxes above it stop before it.
+    std::fs::copy(testdata("corrupt/bitflip.jpg"), &file).unwrap();
+    for e in 3..9 {
+        let err = loader
+            .epoch(e)
+            .find_map(|b| b.err())
+            .unwrap_or_else(|| panic!("epoch {e}: the damaged replacement was delivered"));
+        assert!(err.to_string().contains("replaced.jpg"), "{err}");
+    }
+}
