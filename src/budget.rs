@@ -27,7 +27,9 @@ use crate::source::Source;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemoryBudget {
-    /// The source index (paths and labels) and the epoch's permutation.
+    /// The source index (paths and labels), the epoch's permutation, and with a strict
+    /// cropping transform the digests of the files read to their end (4 bytes a sample; see
+    /// [`accept_jpeg_warnings`](crate::LoaderBuilder::accept_jpeg_warnings)).
     pub index_bytes: u64,
     /// `u8` samples in flight between decode and batcher: the reorder window and one batch's
     /// samples waiting to be normalized.
