@@ -35,6 +35,9 @@ mod gate;
 pub(crate) mod header;
 mod jpeg;
 mod png;
+// Only libjpeg-turbo's cropped decodes read it; without `turbojpeg` no loader makes one
+// (`Config::verifies_crops`).
+#[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
 mod verified;
 
 use std::io::Read;

@@ -310,8 +310,13 @@ fn files_read_to_their_end_once_are_checked_again_when_their_bytes_change() {
         epochs(&warm, 2) == epochs(&fresh, 2),
         "a file read to its end in earlier epochs decodes to other pixels"
     );
-    // The digests are in the budget: 4 bytes a sample, for strict cropping transforms only.
-    let n = source.len() as u64;
+    // The digests are in the budget: 4 bytes a sample, for strict cropping transforms only
+    // (and only with the patched libjpeg-turbo: the others decode a strict crop's whole frame).
+    let n = if imagefeed::decoder_info().patched {
+        source.len() as u64
+    } else {
+        0
+    };
     let index = |b: LoaderBuilder| b.build().unwrap().memory_budget().index_bytes;
     let strict = index(train(source.clone()));
     assert_eq!(
