@@ -3,8 +3,8 @@
 //! A cropping transform decodes only the rows down to its box, but a bit error below the box
 //! would then go unnoticed (a desynchronised Huffman decoder shows only where the data ends).
 //! So by default (strict, no `accept_jpeg_warnings`) a cropped decode entropy-decodes the rest
-//! of the data too, which costs 9–14% of a random-resized-crop epoch (docs/PERFORMANCE.md,
-//! "Damaged files and cropped decodes"). The result of that check depends only on the file's
+//! of the data too, which costs 9–12% of a random-resized-crop epoch (docs/PERFORMANCE.md,
+//! "Each file read to its end once"). The result of that check depends only on the file's
 //! bytes: this table remembers, for each dataset index, a 32-bit digest of the bytes that last
 //! read to their end cleanly, and a later epoch whose bytes have the same digest stops below
 //! the box. A damaged file never gets an entry, so it fails in every epoch with every box, and
