@@ -352,3 +352,112 @@ fn files_read_to_their_end_once_are_checked_again_when_their_bytes_change() {
         assert!(err.to_string().contains("replaced.jpg"), "{err}");
     }
 }
+
+#[test]
+fn the_command_line_runs_each_transform_and_refuses_parameters_of_another() {
+    let bench = |args: &[&str]| {
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
+            .args(["bench", "--threads", "1", "--json", "--epochs", "1"])
+            .arg(testdata("classes"))
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.success(),
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, name) in [
+        (&["--transform", "stretch"][..], "stretch"),
+        (
+            &["--transform", "shorter-side-center-crop"],
+            "shorter-side-center-crop",
+        ),
+        (
+            &["--transform", "center-crop", "--crop-fraction", "0.9"],
+            "center-crop",
+        ),
+        (
+            &[
+                "--transform",
+                "random-resized-crop",
+                "--crop-scale",
+                "0.25",
+                "1",
+                "--crop-ratio",
+                "0.5",
+                "2",
+                "--flip",
+                "1",
+            ],
+            "random-resized-crop",
+        ),
+    ] {
+        let (ok, stdout, stderr) = bench(args);
+        assert!(ok, "{args:?}: {stderr}");
+        assert!(
+            stdout.contains(&format!("\"transform\":\"{name}\"")),
+            "{args:?}: {stdout}"
+        );
+    }
+    // The values reach the loader: its own checks name them.
+    for (args, says) in [
+        (
+            &[
+                "--transform",
+                "random-resized-crop",
+                "--crop-scale",
+                "0.5",
+                "0.1",
+            ][..],
+            "random-resized-crop scale (0.5, 0.1)",
+        ),
+        (
+            &[
+                "--transform",
+                "random-resized-crop",
+                "--crop-ratio",
+                "-1",
+                "2",
+            ],
+            "random-resized-crop ratio (-1, 2)",
+        ),
+        (
+            &["--transform", "center-crop", "--crop-fraction", "1.5"],
+            "center-crop fraction 1.5",
+        ),
+        (&["--flip", "-0.5"], "probability -0.5"),
+        // A parameter of another transform is refused, not ignored.
+        (
+            &["--crop-scale", "0.5", "1"],
+            "--crop-scale applies to --transform random-resized-crop only",
+        ),
+        (
+            &[
+                "--transform",
+                "random-resized-crop",
+                "--crop-fraction",
+                "0.9",
+            ],
+            "--crop-fraction applies to --transform center-crop only",
+        ),
+        (
+            &["--transform", "center-crop", "--crop-ratio", "1", "2"],
+            "--crop-ratio applies to --transform random-resized-crop only",
+        ),
+        (
+            &[
+                "--transform",
+                "random-resized-crop",
+                "--cache-max-side",
+                "200",
+            ],
+            "--cache-max-side applies with --cache only",
+        ),
+    ] {
+        let (ok, _, stderr) = bench(args);
+        assert!(!ok && stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

@@ -62,22 +62,24 @@ pub(crate) struct BenchArgs {
     /// box every epoch, see --crop-scale and --crop-ratio).
     #[arg(long, value_enum, default_value_t = TransformArg::Stretch)]
     pub(crate) transform: TransformArg,
-    /// With random-resized-crop: the range of the box's area, as a fraction of the image's.
-    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [0.08, 1.0])]
-    pub(crate) crop_scale: Vec<f64>,
-    /// With random-resized-crop: the range of the box's aspect ratio (width / height).
-    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [0.75, 4.0 / 3.0])]
-    pub(crate) crop_ratio: Vec<f64>,
-    /// With center-crop: the fraction of the resized shorter side kept.
-    #[arg(long, default_value_t = 0.875)]
-    pub(crate) crop_fraction: f64,
+    /// With random-resized-crop only: the range of the box's area, as a fraction of the
+    /// image's [default: 0.08 1].
+    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], allow_negative_numbers = true)]
+    pub(crate) crop_scale: Option<Vec<f64>>,
+    /// With random-resized-crop only: the range of the box's aspect ratio (width / height)
+    /// [default: 0.75 1.3333333333333333].
+    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], allow_negative_numbers = true)]
+    pub(crate) crop_ratio: Option<Vec<f64>>,
+    /// With center-crop only: the fraction of the resized shorter side kept [default: 0.875].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) crop_fraction: Option<f64>,
     /// Probability of mirroring each sample left to right [default: 0.5 with
     /// random-resized-crop, else 0].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub(crate) flip: Option<f64>,
-    /// With --cache and random-resized-crop: the longest side of the image the cache records
-    /// for each sample, from which each epoch cuts its box [default: twice the output's
-    /// longer side].
+    /// With --cache and random-resized-crop only: the longest side of the image the cache
+    /// records for each sample, from which each epoch cuts its box [default: twice the
+    /// output's longer side].
     #[arg(long)]
     pub(crate) cache_max_side: Option<u32>,
     /// Images over this many pixels are refused.

@@ -48,6 +48,78 @@ pub(crate) fn default_benchmark() -> Result<(), AnyError> {
     Ok(())
 }
 
+/// `--transform` and its parameters. A parameter of another transform than the one chosen is
+/// refused rather than ignored: `--crop-scale` with the default stretch would otherwise measure
+/// something else than the user asked for.
+fn transform_from_args(a: &BenchArgs) -> Result<Transform, AnyError> {
+    let transform = match a.transform {
+        TransformArg::Stretch => Transform::Stretch,
+        TransformArg::ShorterSideCenterCrop => Transform::ShorterSideCenterCrop,
+        TransformArg::CenterCrop => {
+            let mut t = Transform::center_crop();
+            if let (Transform::CenterCrop { crop_fraction }, Some(f)) = (&mut t, a.crop_fraction) {
+                *crop_fraction = f;
+            }
+            t
+        }
+        TransformArg::RandomResizedCrop => {
+            let mut t = Transform::random_resized_crop();
+            if let Transform::RandomResizedCrop { scale, ratio } = &mut t {
+                if let Some(&[lo, hi]) = a.crop_scale.as_deref() {
+                    *scale = (lo, hi);
+                }
+                if let Some(&[lo, hi]) = a.crop_ratio.as_deref() {
+                    *ratio = (lo, hi);
+                }
+            }
+            t
+        }
+    };
+    let rrc = matches!(a.transform, TransformArg::RandomResizedCrop);
+    let center = matches!(a.transform, TransformArg::CenterCrop);
+    for (given, option, needs, applies) in [
+        (
+            a.crop_scale.is_some(),
+            "--crop-scale",
+            "random-resized-crop",
+            rrc,
+        ),
+        (
+            a.crop_ratio.is_some(),
+            "--crop-ratio",
+            "random-resized-crop",
+            rrc,
+        ),
+        (
+            a.crop_fraction.is_some(),
+            "--crop-fraction",
+            "center-crop",
+            center,
+        ),
+        (
+            a.cache_max_side.is_some(),
+            "--cache-max-side",
+            "random-resized-crop",
+            rrc,
+        ),
+    ] {
+        if given && !applies {
+            return Err(format!(
+                "{option} applies to --transform {needs} only (this run's: --transform {})",
+                transform.name()
+            )
+            .into());
+        }
+    }
+    if a.cache_max_side.is_some() && a.cache.is_none() {
+        return Err(
+            "--cache-max-side applies with --cache only: it sizes the images a cache records"
+                .into(),
+        );
+    }
+    Ok(transform)
+}
+
 pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     // Outputs never replace an input: `--indices-out files.txt` would truncate the list.
     let inputs = [Some(&a.source), a.resume_from.as_ref(), a.cache.as_ref()];
@@ -82,17 +154,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             max: a.max_skipped.unwrap_or(u64::MAX),
         },
     };
-    let transform = match a.transform {
-        TransformArg::Stretch => Transform::Stretch,
-        TransformArg::ShorterSideCenterCrop => Transform::ShorterSideCenterCrop,
-        TransformArg::CenterCrop => Transform::CenterCrop {
-            crop_fraction: a.crop_fraction,
-        },
-        TransformArg::RandomResizedCrop => Transform::RandomResizedCrop {
-            scale: (a.crop_scale[0], a.crop_scale[1]),
-            ratio: (a.crop_ratio[0], a.crop_ratio[1]),
-        },
-    };
+    let transform = transform_from_args(a)?;
     let transform_name = transform.name();
     let mut builder = Loader::builder(source)
         .batch_size(a.batch_size)
