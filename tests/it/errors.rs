@@ -1779,3 +1779,37 @@ fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn cli_options_that_need_another_are_refused_alone() {
+    // Ignoring them would run something else than asked: no state file, a sweep-size without a
+    // sweep, a skip bound under the fail policy.
+    for (args, says) in [
+        (&["--state-out", "state.txt"][..], "--max-batches"),
+        (&["--sweep-images", "10"], "--sweep"),
+        (&["--sweep-svg", "plot.svg"], "--sweep"),
+        (
+            &["--max-skipped", "5"],
+            "--max-skipped applies with --on-error skip",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
+            .current_dir(dir.path())
+            .arg("bench")
+            .arg(crate::common::testdata("classes"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{args:?}"
+        );
+    }
+}

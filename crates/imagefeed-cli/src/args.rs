@@ -114,7 +114,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) max_batches: Option<u64>,
     /// Where --max-batches writes the loader state (one line).
-    #[arg(long)]
+    #[arg(long, requires = "max_batches")]
     pub(crate) state_out: Option<PathBuf>,
     /// Resume from a loader state written by --state-out: finish that epoch, then run the
     /// following epochs up to --epochs in all.
@@ -131,10 +131,10 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) sweep: bool,
     /// With --sweep: images per run (the first N of the source).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, requires = "sweep")]
     pub(crate) sweep_images: usize,
     /// With --sweep: where to write the SVG plot.
-    #[arg(long, default_value = "sweep.svg")]
+    #[arg(long, default_value = "sweep.svg", requires = "sweep")]
     pub(crate) sweep_svg: PathBuf,
 }
 

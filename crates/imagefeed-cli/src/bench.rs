@@ -148,6 +148,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         SourceKind::TarShards => 1000,
         _ => 0,
     };
+    if a.max_skipped.is_some() && matches!(a.on_error, OnErrorArg::Fail) {
+        return Err("--max-skipped applies with --on-error skip only (with fail, the first bad sample ends the run)".into());
+    }
     let on_error = match a.on_error {
         OnErrorArg::Fail => OnError::Fail,
         OnErrorArg::Skip => OnError::Skip {
