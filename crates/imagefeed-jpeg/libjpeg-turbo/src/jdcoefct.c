@@ -633,10 +633,19 @@ decompress_data(j_decompress_ptr cinfo, _JSAMPIMAGE output_buf)
   pending.compptr = NULL;
 #endif
 
-  /* Force some input to be done if we are getting ahead of the input. */
-  while (cinfo->input_scan_number < cinfo->output_scan_number ||
-         (cinfo->input_scan_number == cinfo->output_scan_number &&
-          cinfo->input_iMCU_row <= cinfo->output_iMCU_row)) {
+  /* Force some input to be done if we are getting ahead of the input.
+   * imagefeed: ...unless the end of the image was reached.  A scan whose rows
+   * below a crop were not decoded (imagefeed_rest_of_scan_skipped()) ends
+   * short of the last iMCU row, and no input will ever come for the rows
+   * below: should the caller's row limit be too low for the rows it reads,
+   * they are output from the coefficients decoded so far instead of this loop
+   * spinning for ever.  (The stock decoder completes every scan's rows before
+   * the end of the image, so for it nothing changes.)
+   */
+  while ((cinfo->input_scan_number < cinfo->output_scan_number ||
+          (cinfo->input_scan_number == cinfo->output_scan_number &&
+           cinfo->input_iMCU_row <= cinfo->output_iMCU_row)) &&
+         !cinfo->inputctl->eoi_reached) {
     if ((*cinfo->inputctl->consume_input) (cinfo) == JPEG_SUSPENDED)
       return JPEG_SUSPENDED;
   }
