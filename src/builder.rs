@@ -319,7 +319,8 @@ impl LoaderBuilder {
     /// epochs stay random; a small box is then cut from fewer pixels than a decode would
     /// give it (a box of 8% of the area holds about 90×90 of a 320-pixel image), and each
     /// record takes `side × side × 3` bytes on disk. Larger sides keep more detail for small
-    /// boxes and cost disk and page cache.
+    /// boxes and cost disk and page cache. Without a cache, or with a transform that is not
+    /// random, it has no effect (`build()` logs a warning).
     pub fn cache_max_side(mut self, side_px: u32) -> Self {
         self.cfg.cache_max_side = Some(side_px);
         self
@@ -491,6 +492,15 @@ impl LoaderBuilder {
                 "cache_max_side",
                 "must be between 1 and 16384 pixels",
             ));
+        }
+        if cfg.cache_max_side.is_some() && cfg.cache_base_side().is_none() {
+            // Not an error: a training script may set it for every loader it builds.
+            log::warn!(
+                "cache_max_side has no effect without a cache and a random transform \
+                 (this loader: cache {}, transform {})",
+                if cfg.cache.is_some() { "on" } else { "off" },
+                cfg.transform.name()
+            );
         }
         if !cfg.flip_probability().is_finite() || !(0.0..=1.0).contains(&cfg.flip_probability()) {
             return Err(Error::config(
