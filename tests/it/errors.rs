@@ -1783,7 +1783,7 @@ fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
 #[test]
 fn cli_options_that_need_another_are_refused_alone() {
     // Ignoring them would run something else than asked: no state file, a sweep-size without a
-    // sweep, a skip bound under the fail policy.
+    // sweep, a skip bound under the fail policy, a sweep over other settings than given.
     for (args, says) in [
         (&["--state-out", "state.txt"][..], "--max-batches"),
         (&["--sweep-images", "10"], "--sweep"),
@@ -1791,6 +1791,13 @@ fn cli_options_that_need_another_are_refused_alone() {
         (
             &["--max-skipped", "5"],
             "--max-skipped applies with --on-error skip",
+        ),
+        // A sweep sets these itself, or cannot use them; a transform's options are checked first.
+        (&["--sweep", "--batch-size", "32"], "cannot be used with"),
+        (&["--sweep", "--cache", "c.cache"], "cannot be used with"),
+        (
+            &["--sweep", "--crop-scale", "0.5", "1"],
+            "--crop-scale applies to --transform random-resized-crop only",
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();

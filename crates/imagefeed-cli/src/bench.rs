@@ -4,12 +4,12 @@ use std::io::Write as _;
 
 use clap::Parser;
 use imagefeed::{
-    procinfo, Device, Dtype, JpegDecoder, Layout, Loader, LoaderState, OnError, ShardPadding,
-    Source, SourceKind, Transform,
+    procinfo, Device, JpegDecoder, Layout, Loader, LoaderBuilder, LoaderState, OnError,
+    ShardPadding, Source, SourceKind, Transform,
 };
 
 use crate::args::{
-    parse_device, BenchArgs, DtypeArg, LayoutArg, OnErrorArg, PaddingArg, TransformArg,
+    dtype_of, parse_device, BenchArgs, LayoutArg, OnErrorArg, PaddingArg, TransformArg,
 };
 use crate::outputs::{read_state, replaceable, same_file, Output};
 use crate::{mb, AnyError};
@@ -51,7 +51,7 @@ pub(crate) fn default_benchmark() -> Result<(), AnyError> {
 /// `--transform` and its parameters. A parameter of another transform than the one chosen is
 /// refused rather than ignored: `--crop-scale` with the default stretch would otherwise measure
 /// something else than the user asked for.
-fn transform_from_args(a: &BenchArgs) -> Result<Transform, AnyError> {
+pub(crate) fn transform_from_args(a: &BenchArgs) -> Result<Transform, AnyError> {
     let transform = match a.transform {
         TransformArg::Stretch => Transform::Stretch,
         TransformArg::ShorterSideCenterCrop => Transform::ShorterSideCenterCrop,
@@ -120,6 +120,33 @@ fn transform_from_args(a: &BenchArgs) -> Result<Transform, AnyError> {
     Ok(transform)
 }
 
+/// What each sample is, which `bench` and `bench --sweep` share: its size and layout, the
+/// decoder, the transform and flip, the resize filter, the JPEG warning policy, `max_pixels`
+/// and the seed.
+pub(crate) fn sample_settings(
+    a: &BenchArgs,
+    builder: LoaderBuilder,
+) -> Result<LoaderBuilder, AnyError> {
+    let mut builder = builder
+        .image_size_hw(a.size[0], a.size[1])
+        .layout(match a.layout {
+            LayoutArg::Nhwc => Layout::Nhwc,
+            LayoutArg::Nchw => Layout::Nchw,
+        })
+        .seed(a.seed)
+        .jpeg_decoder(a.decoder.get())
+        .resize_filter(a.filter.get())
+        .transform(transform_from_args(a)?)
+        .accept_jpeg_warnings(a.accept_jpeg_warnings);
+    if let Some(p) = a.max_pixels {
+        builder = builder.max_pixels(p);
+    }
+    if let Some(p) = a.flip {
+        builder = builder.flip_horizontal(p);
+    }
+    Ok(builder)
+}
+
 pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     // Outputs never replace an input: `--indices-out files.txt` would truncate the list.
     let inputs = [Some(&a.source), a.resume_from.as_ref(), a.cache.as_ref()];
@@ -157,9 +184,8 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             max: a.max_skipped.unwrap_or(u64::MAX),
         },
     };
-    let transform = transform_from_args(a)?;
-    let transform_name = transform.name();
-    let mut builder = Loader::builder(source)
+    let transform_name = transform_from_args(a)?.name();
+    let mut builder = sample_settings(a, Loader::builder(source))?
         .batch_size(a.batch_size)
         .decode_threads(a.threads)
         .shuffle_buffer(a.shuffle_buffer.unwrap_or(default_shuffle_buffer))
@@ -167,35 +193,14 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .prefetch(a.prefetch)
         .readahead(a.readahead)
         .autotune(a.autotune)
-        .image_size_hw(a.size[0], a.size[1])
-        .dtype(match a.dtype {
-            DtypeArg::F32 => Dtype::F32,
-            DtypeArg::F16 => Dtype::F16,
-            DtypeArg::Bf16 => Dtype::Bf16,
-            DtypeArg::U8 => Dtype::U8,
-        })
-        .layout(match a.layout {
-            LayoutArg::Nhwc => Layout::Nhwc,
-            LayoutArg::Nchw => Layout::Nchw,
-        })
+        .dtype(dtype_of(a.dtype))
         .on_error(on_error)
-        .seed(a.seed)
-        .jpeg_decoder(a.decoder.get())
-        .resize_filter(a.filter.get())
-        .transform(transform)
-        .accept_jpeg_warnings(a.accept_jpeg_warnings)
         .device(parse_device(&a.device)?);
-    if let Some(p) = a.max_pixels {
-        builder = builder.max_pixels(p);
-    }
     if let Some(l) = a.host_memory_limit {
         builder = builder.host_memory_limit(l);
     }
     if let Some(c) = &a.cache {
         builder = builder.cache(c);
-    }
-    if let Some(p) = a.flip {
-        builder = builder.flip_horizontal(p);
     }
     if let Some(s) = a.cache_max_side {
         builder = builder.cache_max_side(s);

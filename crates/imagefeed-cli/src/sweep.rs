@@ -3,7 +3,7 @@
 use imagefeed::{procinfo, Dtype, Loader, OnError, Source};
 
 use crate::args::{dtype_of, BenchArgs, DtypeArg};
-use crate::bench::AnonSampler;
+use crate::bench::{sample_settings, transform_from_args, AnonSampler};
 use crate::outputs::{replaceable, same_file, Output};
 use crate::plot::{sweep_svg, SweepPoint};
 use crate::{mb, AnyError};
@@ -21,6 +21,8 @@ pub(crate) fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
         .into());
     }
     replaceable(&a.sweep_svg, Output::Svg)?;
+    // The transform's options are checked before the table starts.
+    transform_from_args(a)?;
     let full = Source::open(&a.source)?;
     let n = a.sweep_images.min(full.len()).max(1);
     let source =
@@ -51,13 +53,12 @@ pub(crate) fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
             for prefetch in [1usize, 2, 4] {
                 for shuffle in [0usize, 1000] {
                     for dtype in [DtypeArg::F32, DtypeArg::F16, DtypeArg::U8] {
-                        let loader = Loader::builder(source.clone())
+                        let loader = sample_settings(a, Loader::builder(source.clone()))?
                             .batch_size(batch)
                             .decode_threads(threads)
                             .prefetch(prefetch)
                             .shuffle_buffer(shuffle)
                             .dtype(dtype_of(dtype))
-                            .image_size_hw(a.size[0], a.size[1])
                             .on_error(OnError::SKIP_ALL)
                             .build()?;
                         procinfo::reset_peak_rss();
