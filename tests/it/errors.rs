@@ -1782,23 +1782,12 @@ fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
 
 #[test]
 fn cli_options_that_need_another_are_refused_alone() {
-    // Ignoring them would run something else than asked: no state file, a sweep-size without a
-    // sweep, a skip bound under the fail policy, a sweep over other settings than given.
+    // Ignoring them would run something else than asked: no state file, a sweep's settings
+    // without a sweep.
     for (args, says) in [
         (&["--state-out", "state.txt"][..], "--max-batches"),
         (&["--sweep-images", "10"], "--sweep"),
         (&["--sweep-svg", "plot.svg"], "--sweep"),
-        (
-            &["--max-skipped", "5"],
-            "--max-skipped applies with --on-error skip",
-        ),
-        // A sweep sets these itself, or cannot use them; a transform's options are checked first.
-        (&["--sweep", "--batch-size", "32"], "cannot be used with"),
-        (&["--sweep", "--cache", "c.cache"], "cannot be used with"),
-        (
-            &["--sweep", "--crop-scale", "0.5", "1"],
-            "--crop-scale applies to --transform random-resized-crop only",
-        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let out = std::process::Command::new(crate::common::imagefeed_bin())
@@ -1817,6 +1806,43 @@ fn cli_options_that_need_another_are_refused_alone() {
             std::fs::read_dir(dir.path()).unwrap().count(),
             0,
             "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn cli_options_that_do_not_apply_are_named_in_a_warning() {
+    // A script may pass the same options to every run: they still run, and stderr says which
+    // option was not used.
+    for (args, says) in [
+        (
+            &["--max-skipped", "5"][..],
+            "--max-skipped applies with --on-error skip only; ignored",
+        ),
+        (
+            &["--crop-scale", "0.5", "1"],
+            "--crop-scale applies to --transform random-resized-crop only; ignored",
+        ),
+        (
+            &[
+                "--transform",
+                "random-resized-crop",
+                "--cache-max-side",
+                "200",
+            ],
+            "--cache-max-side applies with --cache only",
+        ),
+    ] {
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
+            .args(["bench", "--epochs", "1", "--threads", "1"])
+            .arg(crate::common::testdata("classes"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.contains(says),
+            "{args:?}: {err}"
         );
     }
 }

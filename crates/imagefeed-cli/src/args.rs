@@ -129,14 +129,8 @@ pub(crate) struct BenchArgs {
     /// Run a grid of settings (batch size x threads x prefetch x shuffle buffer x dtype), one
     /// epoch each, and print images/s against peak RSS as a table and an SVG plot. The
     /// options of each sample (size, layout, decoder, filter, transform and its parameters,
-    /// flip, JPEG warnings, max pixels, seed) apply to every point; those the grid sets or a
-    /// sweep cannot use are refused.
-    #[arg(long, conflicts_with_all = [
-        "batch_size", "threads", "prefetch", "shuffle_buffer", "dtype", "epochs", "autotune",
-        "readahead", "on_error", "max_skipped", "no_shuffle", "host_memory_limit", "cache",
-        "cache_max_side", "rank", "world_size", "shard_padding", "indices_out", "max_batches",
-        "state_out", "resume_from", "device", "json",
-    ])]
+    /// flip, JPEG warnings, max pixels, seed) apply to every point; the grid sets the others.
+    #[arg(long)]
     pub(crate) sweep: bool,
     /// With --sweep: images per run (the first N of the source).
     #[arg(long, default_value_t = 1000, requires = "sweep")]

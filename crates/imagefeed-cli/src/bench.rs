@@ -48,9 +48,9 @@ pub(crate) fn default_benchmark() -> Result<(), AnyError> {
     Ok(())
 }
 
-/// `--transform` and its parameters. A parameter of another transform than the one chosen is
-/// refused rather than ignored: `--crop-scale` with the default stretch would otherwise measure
-/// something else than the user asked for.
+/// `--transform` and its parameters. A parameter of another transform than the one chosen gets
+/// a warning on stderr: `--crop-scale` with the default stretch measures something else than the
+/// user may think (a script passing the same options to every transform still runs).
 pub(crate) fn transform_from_args(a: &BenchArgs) -> Result<Transform, AnyError> {
     let transform = match a.transform {
         TransformArg::Stretch => Transform::Stretch,
@@ -104,17 +104,17 @@ pub(crate) fn transform_from_args(a: &BenchArgs) -> Result<Transform, AnyError> 
         ),
     ] {
         if given && !applies {
-            return Err(format!(
-                "{option} applies to --transform {needs} only (this run's: --transform {})",
+            eprintln!(
+                "imagefeed: warning: {option} applies to --transform {needs} only; ignored \
+                 (this run's transform: {})",
                 transform.name()
-            )
-            .into());
+            );
         }
     }
-    if a.cache_max_side.is_some() && a.cache.is_none() {
-        return Err(
-            "--cache-max-side applies with --cache only: it sizes the images a cache records"
-                .into(),
+    if a.cache_max_side.is_some() && a.cache.is_none() && rrc {
+        eprintln!(
+            "imagefeed: warning: --cache-max-side applies with --cache only (it sizes the images \
+             a cache records); ignored"
         );
     }
     Ok(transform)
@@ -176,7 +176,10 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         _ => 0,
     };
     if a.max_skipped.is_some() && matches!(a.on_error, OnErrorArg::Fail) {
-        return Err("--max-skipped applies with --on-error skip only (with fail, the first bad sample ends the run)".into());
+        eprintln!(
+            "imagefeed: warning: --max-skipped applies with --on-error skip only; ignored (with \
+             fail, the first bad sample ends the run)"
+        );
     }
     let on_error = match a.on_error {
         OnErrorArg::Fail => OnError::Fail,

@@ -21,8 +21,14 @@ pub(crate) fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
         .into());
     }
     replaceable(&a.sweep_svg, Output::Svg)?;
-    // The transform's options are checked before the table starts.
+    // The transform's options are checked (and warned about) before the table starts.
     transform_from_args(a)?;
+    eprintln!(
+        "imagefeed: the sweep sets batch size, threads, prefetch, shuffle buffer and dtype, runs \
+         one uncached epoch a point on the CPU, and takes the sample options (size, layout, \
+         decoder, filter, transform, flip, JPEG warnings, max pixels, seed); other run options \
+         are not used"
+    );
     let full = Source::open(&a.source)?;
     let n = a.sweep_images.min(full.len()).max(1);
     let source =
