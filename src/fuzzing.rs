@@ -9,7 +9,9 @@ use crate::transform::{BatchStorage, Draw, Dtype, Geometry, Layout, Normalizer, 
 
 /// Decodes `bytes` (named `name`, whose extension matters), resizes to `size`×`size`, orients
 /// and normalizes to f32 NCHW, with a small `max_pixels`. Odd sizes deliver JPEGs with
-/// damaged data (`accept_jpeg_warnings`). Returns whether it decoded.
+/// damaged data (`accept_jpeg_warnings`). Returns whether it decoded. With a cropping
+/// transform, a file that decoded is decoded again through the table of files read to their
+/// end; the harness panics (a fuzzing finding) if that gives an error or other pixels.
 pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool {
     let settings = DecodeSettings {
         max_pixels: 16_000_000,
