@@ -125,8 +125,9 @@ pub(crate) fn transform_from_args(a: &BenchArgs) -> Result<Transform, AnyError> 
 /// and the seed.
 pub(crate) fn sample_settings(
     a: &BenchArgs,
+    transform: Transform,
     builder: LoaderBuilder,
-) -> Result<LoaderBuilder, AnyError> {
+) -> LoaderBuilder {
     let mut builder = builder
         .image_size_hw(a.size[0], a.size[1])
         .layout(match a.layout {
@@ -136,7 +137,7 @@ pub(crate) fn sample_settings(
         .seed(a.seed)
         .jpeg_decoder(a.decoder.get())
         .resize_filter(a.filter.get())
-        .transform(transform_from_args(a)?)
+        .transform(transform)
         .accept_jpeg_warnings(a.accept_jpeg_warnings);
     if let Some(p) = a.max_pixels {
         builder = builder.max_pixels(p);
@@ -144,7 +145,7 @@ pub(crate) fn sample_settings(
     if let Some(p) = a.flip {
         builder = builder.flip_horizontal(p);
     }
-    Ok(builder)
+    builder
 }
 
 pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
@@ -187,8 +188,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             max: a.max_skipped.unwrap_or(u64::MAX),
         },
     };
-    let transform_name = transform_from_args(a)?.name();
-    let mut builder = sample_settings(a, Loader::builder(source))?
+    let transform = transform_from_args(a)?;
+    let transform_name = transform.name();
+    let mut builder = sample_settings(a, transform, Loader::builder(source))
         .batch_size(a.batch_size)
         .decode_threads(a.threads)
         .shuffle_buffer(a.shuffle_buffer.unwrap_or(default_shuffle_buffer))
@@ -205,7 +207,8 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     if let Some(c) = &a.cache {
         builder = builder.cache(c);
     }
-    if let Some(s) = a.cache_max_side {
+    if let (Some(s), true) = (a.cache_max_side, transform.is_random() && a.cache.is_some()) {
+        // Where it does not apply, `transform_from_args` has said so once already.
         builder = builder.cache_max_side(s);
     }
     builder = builder.shard_from_env()?;

@@ -22,7 +22,7 @@ pub(crate) fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
     }
     replaceable(&a.sweep_svg, Output::Svg)?;
     // The transform's options are checked (and warned about) before the table starts.
-    transform_from_args(a)?;
+    let transform = transform_from_args(a)?;
     eprintln!(
         "imagefeed: the sweep sets batch size, threads, prefetch, shuffle buffer and dtype, runs \
          one uncached epoch a point on the CPU, and takes the sample options (size, layout, \
@@ -59,7 +59,7 @@ pub(crate) fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
             for prefetch in [1usize, 2, 4] {
                 for shuffle in [0usize, 1000] {
                     for dtype in [DtypeArg::F32, DtypeArg::F16, DtypeArg::U8] {
-                        let loader = sample_settings(a, Loader::builder(source.clone()))?
+                        let loader = sample_settings(a, transform, Loader::builder(source.clone()))
                             .batch_size(batch)
                             .decode_threads(threads)
                             .prefetch(prefetch)
