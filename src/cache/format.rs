@@ -1,5 +1,6 @@
-//! The cache file format, and its two `unsafe` blocks: the memory map and the release of its
-//! pages (`madvise(DONTNEED)`) once records are copied out.
+//! The cache file format, and how records are read and written: with `pread` and `pwrite` on
+//! a file descriptor, never through a memory map, so that a file another program truncates or
+//! rewrites is an error naming the record, not a `SIGBUS` (see the module doc of `cache`).
 //!
 //! ```text
 //! header (HEADER_LEN = 4096 bytes)
@@ -7,8 +8,12 @@
 //!   | dtype u8 (0 = u8) | resize mode u8 | EXIF u8 | DCT scaling u8 | decoder u8
 //!   | decode flags u8 (bit 0 extension check, bit 1 accept JPEG warnings)
 //!   | resize filter u8 | resampler u8 | max_pixels u64 | count u64 | record_len u64 | source fingerprint [u8; 16]
-//!   | header checksum u64 (xxh3 of the bytes before it), zero padding to 4096
-//! record i (for dataset index i) at HEADER_LEN + i * record_len
+//!   | header checksum u64 (xxh3 of the bytes before it)
+//!   | at 96: boot [u8; 16] (xxh3-128 of the kernel's boot id when the file was created; read
+//!     only while the file fills, outside the checksum), zero padding to 4096
+//! presence map (presence_len = count rounded up to 4096 bytes)
+//!   byte i is 1 once record i is written in full (0: absent)
+//! record i (for dataset index i) at HEADER_LEN + presence_len + i * record_len
 //!   status u8 (0 absent, 1 pixels, 2 failed sample) | pad 3 | label u32 | index u32
 //!   | payload_len u32 | checksum u64 (xxh3 of bytes 0..16 and the payload)
 //!   | payload: height*width*3 u8 pixels (for resize mode 3, a random transform's base image:
@@ -18,23 +23,27 @@
 //! ```
 //!
 //! All integers little-endian. A file is complete only with the footer and the exact length
-//! `HEADER_LEN + count * record_len + FOOTER_LEN`; every offset is computed with checked
-//! arithmetic before slicing.
+//! `HEADER_LEN + presence_len + count * record_len + FOOTER_LEN`; every offset is computed with
+//! checked arithmetic, and every read checks that it got every byte it asked for.
 
 use std::fs::File;
 use std::path::Path;
 
-use memmap2::Mmap;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::error::Error;
 
 pub(crate) const MAGIC: &[u8; 8] = b"IMGFEED\0";
-pub(crate) const VERSION: u32 = 1;
+/// 2: the presence map between the header and the records (version 1 had none).
+pub(crate) const VERSION: u32 = 2;
 pub(crate) const HEADER_LEN: u64 = 4096;
 pub(crate) const RECORD_HEADER_LEN: usize = 24;
 pub(crate) const FOOTER_MAGIC: &[u8; 16] = b"IMGFEED-COMPLETE";
 pub(crate) const FOOTER_LEN: u64 = 32;
+/// The presence map is padded to whole pages, so records start page-aligned.
+const PAGE: u64 = 4096;
+/// Where a file that fills records the machine's boot (see `boot_stamp`).
+const BOOT_AT: usize = 96;
 
 /// The resize mode byte of a cache of base images (a random transform).
 pub(crate) const BASE_MODE: u8 = 3;
@@ -80,15 +89,36 @@ impl Header {
         (RECORD_HEADER_LEN + self.sample_len()) as u64
     }
 
+    /// Bytes of the presence map: a byte a record, rounded up to whole pages.
+    pub(crate) fn presence_len(&self) -> Option<u64> {
+        self.count.checked_next_multiple_of(PAGE)
+    }
+
+    /// Where the first record starts.
+    fn records_start(&self) -> Option<u64> {
+        self.presence_len()?.checked_add(HEADER_LEN)
+    }
+
     /// The length of a complete file, if it fits in a u64.
     pub(crate) fn file_len(&self) -> Option<u64> {
         self.count
             .checked_mul(self.record_len())?
-            .checked_add(HEADER_LEN + FOOTER_LEN)
+            .checked_add(self.records_start()?)?
+            .checked_add(FOOTER_LEN)
     }
 
+    /// The length of a file still filling: everything but the footer.
+    pub(crate) fn partial_len(&self) -> Option<u64> {
+        Some(self.file_len()? - FOOTER_LEN)
+    }
+
+    /// Where record `i` starts, if `i` is a record of this file.
     pub(crate) fn record_offset(&self, i: u64) -> Option<u64> {
-        i.checked_mul(self.record_len())?.checked_add(HEADER_LEN)
+        if i >= self.count {
+            return None;
+        }
+        i.checked_mul(self.record_len())?
+            .checked_add(self.records_start()?)
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -208,188 +238,269 @@ pub(crate) fn encode_record_header(
     h
 }
 
-/// A record read from a cache.
-#[derive(Debug)]
-pub(crate) enum Record<'a> {
-    Pixels { label: u32, pixels: &'a [u8] },
-    Failed { label: u32, message: &'a str },
-}
-
-/// Checks and decodes record bytes (`RECORD_HEADER_LEN + sample_len`). `Err` says what is
-/// wrong, for a `CorruptCache` error.
-pub(crate) fn decode_record(
-    bytes: &[u8],
-    index: u32,
-    sample_len: usize,
-) -> Result<Record<'_>, String> {
+/// Checks and decodes record bytes (`RECORD_HEADER_LEN + sample_len`), as [`read_record`]
+/// checks what it reads. `Err` says what is wrong, for a `CorruptCache` error.
+pub(crate) fn decode_record(bytes: &[u8], index: u32, sample_len: usize) -> Result<Sample, String> {
     if bytes.len() < RECORD_HEADER_LEN + sample_len {
         return Err("record shorter than its length".into());
     }
-    let status = bytes[0];
-    let label = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-    let stored_index = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    let len = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
-    let sum = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    let head: &[u8; RECORD_HEADER_LEN] = bytes[..RECORD_HEADER_LEN]
+        .try_into()
+        .expect("RECORD_HEADER_LEN bytes");
+    let (status, label, len) = check_record_header(head, index, sample_len)?;
+    check_payload(
+        head,
+        &bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len],
+        index,
+        status,
+        label,
+    )
+}
+
+/// A stamp of the machine's current boot: xxh3-128 of `/proc/sys/kernel/random/boot_id`
+/// (Linux), zeros elsewhere. A file still filling records the boot it was created in: after a
+/// machine crash, its presence bytes may have reached the disk while the records they mark did
+/// not (only the commit's `fsync` orders them), so a file from another boot is started afresh.
+pub(crate) fn boot_stamp() -> [u8; 16] {
+    std::fs::read("/proc/sys/kernel/random/boot_id")
+        .map(|id| xxhash_rust::xxh3::xxh3_128(&id).to_le_bytes())
+        .unwrap_or([0; 16])
+}
+
+/// The boot stamp recorded in a header page.
+pub(crate) fn recorded_boot(head: &[u8]) -> [u8; 16] {
+    head.get(BOOT_AT..BOOT_AT + 16)
+        .and_then(|b| b.try_into().ok())
+        .unwrap_or([0; 16])
+}
+
+/// A header page for a new file that fills: the header and this boot's stamp.
+pub(crate) fn header_page(header: &Header) -> Vec<u8> {
+    let mut page = header.encode();
+    page[BOOT_AT..BOOT_AT + 16].copy_from_slice(&boot_stamp());
+    page
+}
+
+/// Reads exactly `buf.len()` bytes at `at`; a file that ends first is `UnexpectedEof`.
+#[cfg(unix)]
+pub(crate) fn read_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
+}
+
+#[cfg(windows)]
+pub(crate) fn read_at(file: &File, mut buf: &mut [u8], mut at: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, buf, at)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                buf = &mut buf[n..];
+                at += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` at `at`.
+#[cfg(unix)]
+pub(crate) fn write_at(file: &File, buf: &[u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, buf, at)
+}
+
+#[cfg(windows)]
+pub(crate) fn write_at(file: &File, mut buf: &[u8], mut at: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let n = std::os::windows::fs::FileExt::seek_write(file, buf, at)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// A sample as a record holds it, its pixels copied into the caller's buffer.
+#[derive(Debug)]
+pub(crate) enum Sample {
+    Pixels { label: u32 },
+    Failed { label: u32, message: String },
+}
+
+/// Reads record `i` of `file` (laid out as `header` says) into `out` (`header.sample_len()`
+/// bytes): two `pread`s, the record's header and then its payload straight into `out`, and the
+/// checksum over both. `Err` says what is wrong, naming the record: absent (never written),
+/// cut short (the file ends inside it: truncated by another program), or failing its checks.
+pub(crate) fn read_record(
+    file: &File,
+    header: &Header,
+    i: u32,
+    out: &mut [u8],
+) -> Result<Sample, String> {
+    let at = header
+        .record_offset(u64::from(i))
+        .ok_or_else(|| format!("record {i} is out of range"))?;
+    let cut = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            let len = file
+                .metadata()
+                .map_or_else(|_| "?".into(), |m| m.len().to_string());
+            format!("record {i} is cut short: the file ends at {len} bytes (truncated by another program?)")
+        } else {
+            format!("record {i} cannot be read: {e}")
+        }
+    };
+    let mut head = [0u8; RECORD_HEADER_LEN];
+    read_at(file, &mut head, at).map_err(cut)?;
+    let (status, label, len) = check_record_header(&head, i, out.len())?;
+    let payload = &mut out[..len];
+    read_at(file, payload, at + RECORD_HEADER_LEN as u64).map_err(cut)?;
+    let sample = check_payload(&head, payload, i, status, label)?;
+    Ok(sample)
+}
+
+/// The status, label and payload length of a record header, checked against a sample of
+/// `sample_len` bytes and the record's index.
+fn check_record_header(
+    head: &[u8; RECORD_HEADER_LEN],
+    index: u32,
+    sample_len: usize,
+) -> Result<(u8, u32, usize), String> {
+    let status = head[0];
+    let label = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+    let len = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as usize;
     if status != STATUS_PIXELS && status != STATUS_FAILED {
         return Err(format!("record {index} has no data (status {status})"));
     }
     if len > sample_len || (status == STATUS_PIXELS && len != sample_len) {
         return Err(format!("record {index} has an invalid length {len}"));
     }
-    let payload = &bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len];
+    Ok((status, label, len))
+}
+
+/// Checks a payload against its record header (checksum, index) and says what it holds.
+fn check_payload(
+    head: &[u8; RECORD_HEADER_LEN],
+    payload: &[u8],
+    index: u32,
+    status: u8,
+    label: u32,
+) -> Result<Sample, String> {
+    let sum = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
     let mut hasher = Xxh3::new();
-    hasher.update(&bytes[..16]);
+    hasher.update(&head[..16]);
     hasher.update(payload);
     if hasher.digest() != sum {
         return Err(format!("record {index} failed its checksum"));
     }
+    let stored_index = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
     if stored_index != index {
         return Err(format!("record {index} holds sample {stored_index}"));
     }
     if status == STATUS_PIXELS {
-        Ok(Record::Pixels {
-            label,
-            pixels: payload,
-        })
+        Ok(Sample::Pixels { label })
     } else {
         let message = std::str::from_utf8(payload)
             .map_err(|_| format!("record {index}: message is not UTF-8"))?;
-        Ok(Record::Failed { label, message })
+        Ok(Sample::Failed {
+            label,
+            message: message.to_owned(),
+        })
     }
 }
 
-/// A complete cache file, mapped read-only.
-#[derive(Debug)]
-pub(crate) struct CacheMap {
-    map: Mmap,
-    /// The mapped file, to notice it shrinking under the mapping.
-    file: File,
-    pub(crate) header: Header,
-    /// Records released so far (see `release`).
-    reads: std::sync::atomic::AtomicU64,
+/// A file's identity (device and inode on Unix): whether a path still names the file a loader
+/// opened, or another program (or a rebuild) put another file there.
+pub(crate) fn identity(meta: &std::fs::Metadata) -> (u64, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        (meta.len(), 0)
+    }
 }
 
-/// Records read between two releases of the whole mapping (`CacheMap::release`).
-const RELEASE_ALL_EVERY: u64 = 64;
+/// A complete cache file, open for reading.
+#[derive(Debug)]
+pub(crate) struct CacheFile {
+    file: File,
+    pub(crate) header: Header,
+    /// The file's identity when opened.
+    pub(crate) id: (u64, u64),
+    len: u64,
+}
 
-impl CacheMap {
-    /// Maps a complete cache file and checks its header, length and footer. `Ok(Err(why))`: the
+impl CacheFile {
+    /// Opens a complete cache file and checks its header, length and footer. `Ok(Err(why))`: the
     /// file exists but is unusable (incomplete, another format); `Err`: it cannot be read.
-    pub(crate) fn open(path: &Path) -> Result<Result<CacheMap, String>, Error> {
+    pub(crate) fn open(path: &Path) -> Result<Result<CacheFile, String>, Error> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        let len = meta.len();
         if len < HEADER_LEN + FOOTER_LEN {
             return Ok(Err(format!("{len} bytes: too short to be complete")));
         }
-        // SAFETY: a complete cache file is never modified after it is renamed into place: it is
-        // only ever replaced by renaming a new file over it, which leaves this mapping on the
-        // old inode. Every access below is bounds-checked against the mapping's length.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        let header = match Header::decode(&map[..HEADER_LEN as usize]) {
+        let mut head = vec![0u8; HEADER_LEN as usize];
+        read_at(&file, &mut head, 0).map_err(|e| Error::io(path, e))?;
+        let header = match Header::decode(&head) {
             Ok(h) => h,
             Err(why) => return Ok(Err(why)),
         };
-        if header.file_len() != Some(map.len() as u64) {
+        if header.file_len() != Some(len) {
             return Ok(Err(format!(
-                "{} bytes, but {} samples need {} bytes (incomplete or truncated)",
-                map.len(),
+                "{len} bytes, but {} samples need {} bytes (incomplete or truncated)",
                 header.count,
                 header
                     .file_len()
                     .map_or_else(|| "too many".into(), |l| l.to_string())
             )));
         }
-        let footer = &map[map.len() - FOOTER_LEN as usize..];
+        let mut footer = [0u8; FOOTER_LEN as usize];
+        read_at(&file, &mut footer, len - FOOTER_LEN).map_err(|e| Error::io(path, e))?;
         if footer != header.footer() {
             return Ok(Err(
                 "no completion marker (the writer did not finish)".into()
             ));
         }
-        #[cfg(unix)]
-        {
-            let _ = map.advise(memmap2::Advice::Random);
-        }
-        Ok(Ok(CacheMap {
-            map,
+        Ok(Ok(CacheFile {
+            id: identity(&meta),
             file,
             header,
-            reads: std::sync::atomic::AtomicU64::new(0),
+            len,
         }))
     }
 
-    /// Whether the mapped file still holds every mapped byte. Another program truncating it
-    /// (imagefeed only ever renames a new cache over an old one) would make reading the lost
-    /// pages fault.
+    /// Reads record `i` into `out` (see [`read_record`]).
+    pub(crate) fn read(&self, i: u32, out: &mut [u8]) -> Result<Sample, String> {
+        read_record(&self.file, &self.header, i, out)
+    }
+
+    /// Whether the file still has the length it had when opened (another program may have
+    /// truncated it: imagefeed only ever renames a new cache over an old one).
     pub(crate) fn still_whole(&self) -> bool {
-        self.file
-            .metadata()
-            .is_ok_and(|m| m.len() >= self.map.len() as u64)
-    }
-
-    /// The bytes of record `i`, or `None` if out of range.
-    pub(crate) fn record(&self, i: u64) -> Option<&[u8]> {
-        self.map.get(self.span(i)?)
-    }
-
-    /// Where record `i` lies in the mapping, if it is in range.
-    fn span(&self, i: u64) -> Option<std::ops::Range<usize>> {
-        let start = usize::try_from(self.header.record_offset(i)?).ok()?;
-        let end = start.checked_add(usize::try_from(self.header.record_len()).ok()?)?;
-        (end <= self.map.len()).then_some(start..end)
-    }
-
-    /// Drops record `i`'s pages from this process's mapping once it has been copied out
-    /// (`madvise(DONTNEED)`): the page cache keeps them, and a later read of the record faults
-    /// them back in from it. Without this every record read stays resident in the process, and
-    /// a cached epoch's RSS grows by the whole cache file (500 MB for c5k's 5,000 samples at
-    /// 160x160) although the loader's heap does not. Best effort; nothing for a record out of
-    /// range.
-    pub(crate) fn release(&self, i: u64) {
-        #[cfg(unix)]
-        if let Some(span) = self.span(i) {
-            // A page fault also maps the neighbouring pages already in the page cache (the
-            // kernel's fault-around, 64 kB), parts of records read later or not at all this
-            // epoch: every `RELEASE_ALL_EVERY` reads the whole mapping is dropped too, so they
-            // stay few. (Measured on c5k's cache: 151 MB of it stayed resident otherwise.)
-            let whole = self
-                .reads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                % RELEASE_ALL_EVERY
-                == RELEASE_ALL_EVERY - 1;
-            let span = if whole { 0..self.map.len() } else { span };
-            // SAFETY: the mapping is a read-only shared mapping of a file that is never
-            // modified (see `open`), so after DONTNEED a read of these pages faults in the same
-            // bytes from the file. No reference into the range outlives this call's caller's
-            // copy: `Cache::read` copies the record out before calling this, and pages another
-            // thread is copying a record from (at a shared edge, or anywhere when the whole
-            // mapping is dropped) read back the same bytes.
-            let _ = unsafe {
-                self.map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    span.start,
-                    span.len(),
-                )
-            };
-        }
-        #[cfg(not(unix))]
-        let _ = i;
+        self.file.metadata().is_ok_and(|m| m.len() == self.len)
     }
 
     pub(crate) fn len_bytes(&self) -> u64 {
-        self.map.len() as u64
+        self.len
     }
 
-    /// Asks the kernel to read record `i` into the page cache ahead of use (`madvise(WILLNEED)`:
-    /// the mapping is advised random access, so a page fault reads only around itself, one
-    /// record at a time). Best effort; nothing for a record out of range.
+    /// Asks the kernel to read record `i` into the page cache ahead of use
+    /// (`posix_fadvise(WILLNEED)`, Linux). Best effort; nothing for a record out of range.
     pub(crate) fn will_need(&self, i: u64) {
-        #[cfg(unix)]
-        if let Some(span) = self.span(i) {
-            let _ = self
-                .map
-                .advise_range(memmap2::Advice::WillNeed, span.start, span.len());
+        #[cfg(target_os = "linux")]
+        if let Some(at) = self.header.record_offset(i) {
+            let _ = rustix::fs::fadvise(
+                &self.file,
+                at,
+                std::num::NonZeroU64::new(self.header.record_len()),
+                rustix::fs::Advice::WillNeed,
+            );
         }
-        #[cfg(not(unix))]
+        #[cfg(not(target_os = "linux"))]
         let _ = i;
     }
 }
@@ -462,7 +573,7 @@ mod tests {
         let mut rec = encode_record_header(STATUS_PIXELS, 9, 2, &px).to_vec();
         rec.extend_from_slice(&px);
         match decode_record(&rec, 2, 60) {
-            Ok(Record::Pixels { label, pixels }) => assert_eq!((label, pixels), (9, &px[..])),
+            Ok(Sample::Pixels { label }) => assert_eq!(label, 9),
             other => panic!("{other:?}"),
         }
         for at in [0, 5, 9, 13, 17, 30, 83] {
@@ -480,10 +591,7 @@ mod tests {
         rec.resize(RECORD_HEADER_LEN + 60, 0);
         assert!(matches!(
             decode_record(&rec, 0, 60),
-            Ok(Record::Failed {
-                message: "x.jpg: truncated",
-                ..
-            })
+            Ok(Sample::Failed { message, .. }) if message == "x.jpg: truncated"
         ));
     }
 }

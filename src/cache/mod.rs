@@ -1,39 +1,90 @@
 //! The on-disk cache of decoded, resized `u8` samples: tf.data's `.cache(filename)` after the
-//! map, without its pitfalls.
+//! map, filled by whichever processes decode the samples, and shared by the ranks of a node.
 //!
-//! - **First epoch**: samples decode as usual, and each is also written (with its label,
-//!   dataset index and an xxh3 checksum) at its own record position in `PATH.partial`, under an
-//!   exclusive lock on `PATH.lock`. Samples that fail to load are recorded as failures, so a
-//!   skipped sample is skipped the same way in every epoch.
-//! - **Completion**: when the epoch has visited every sample, the file is flushed, the
-//!   completion footer is written and flushed, and the file is renamed to `PATH`. A crash or
-//!   kill at any moment leaves either no `PATH` or the previous complete one.
-//! - **Partial epochs** (the consumer stops early, or the epoch fails): `PATH.partial` is not a
-//!   cache. The next epoch or run that writes the cache **starts again** from an empty
-//!   `PATH.partial`; nothing from a partial epoch is ever read.
-//! - **Later epochs and runs** map `PATH` read-only (memmap2) and read records at random, so
-//!   the per-epoch permutation still applies; normalization happens in the batcher as on the
-//!   uncached path, so batches are bit-identical. Pixels come through the page cache: the
-//!   loader's own heap stays at its budget, and each record's pages leave the process's
-//!   mapping once copied out (`madvise(DONTNEED)`), so its RSS does not grow by the file.
-//! - **Stale or unusable caches**: the header records the sample shape, the transform settings
-//!   and a fingerprint of the source (every entry's path, size, modification time and label).
-//!   A mismatch, a missing footer or a wrong length makes the loader log one line saying why and
-//!   rebuild. A record failing its checksum is [`ErrorKind::CorruptCache`] naming the file and
-//!   the record ([`CachePolicy::Fail`]), or makes the loader drop the cache, decode that sample
-//!   from the source and rebuild the cache in the next epoch ([`CachePolicy::Rebuild`]).
-//! - **Several processes**: readers share a complete cache freely. Only the holder of the
-//!   lock writes; another process that finds the lock taken reads uncached for that epoch.
-//! - **What it replaces**: only a cache of its own. `PATH` or `PATH.partial` holding anything
-//!   else (a file without the cache header, a directory, a device, a FIFO) makes `build()` fail
-//!   naming it; a symbolic link at `PATH` is followed.
-//! - **Space**: before writing, the free space of the cache's file system is checked against
-//!   the final size (`count × (76,800 + 24)` bytes at 160×160 plus 4 kB).
+//! ## Files
 //!
-//! The policy lives here: [`Cache::begin_epoch`] chooses how each epoch uses the cache (read
-//! a complete one, write a new one, or neither), [`Cache::lookup`] answers a decode thread
-//! for one sample (hit, recorded failure, or a corrupt record: fail or rebuild), and
-//! [`EpochCache::record`] writes a decoded sample. The pipeline only calls them.
+//! - `PATH.partial`: the cache while it fills. One file, each sample's record at its dataset
+//!   index's offset, and a presence map (a byte a record) after the header (`format.rs`).
+//! - `PATH`: the complete cache, renamed from `PATH.partial` once every record is present.
+//! - `PATH.lock`: held (`flock`, exclusive) only while a process creates or replaces
+//!   `PATH.partial`, or commits it.
+//!
+//! ## Filling: any process, any epoch
+//!
+//! - An epoch that finds no complete cache **fills**: it opens `PATH.partial` (creating it if
+//!   missing) and reads the presence map. A present record is read instead of decoding the
+//!   sample; an absent one is decoded and written.
+//! - A record is written payload first, then its header (status, label, index, checksum),
+//!   then its presence byte: a process killed at any point leaves the record absent or whole.
+//!   A present record that fails its checksum while the file fills is taken as absent, and
+//!   decoded and written again.
+//! - Samples that fail to load are recorded as failures, so a skipped sample is skipped the
+//!   same way in every epoch.
+//! - **Concurrent writers** are the ranks of a node (or several jobs) given the same path.
+//!   Their records are disjoint within an epoch (the ranks' shares are); where two processes
+//!   write the same record (ranks in different epochs), they write the same bytes, because a
+//!   record is a pure function of the source file and the settings in the header. Nothing but
+//!   creation and the commit needs a lock. Presence bytes are one byte each, so writers never
+//!   share a read-modify-write.
+//! - A process that finds a record absent in the map it read at the epoch's start reads its
+//!   presence byte again before decoding it: a record another process wrote since is read, not
+//!   decoded again.
+//! - **One sharded process alone** fills the cache over its epochs (each epoch's share is
+//!   another part of the permutation) and meanwhile reads whatever is present.
+//! - Stopping early (the consumer drops the epoch, the process is killed) keeps every record
+//!   written: a restarted rank continues filling.
+//!
+//! ## Commit
+//!
+//! At the end of each epoch, and at the start of the next, a filling process reads the presence
+//! map again. When every record is present it takes the lock and, if `PATH.partial` is still the
+//! file it filled and still has every record: `fsync`s it, writes the completion footer,
+//! `fsync`s again and renames it to `PATH` (then `fsync`s the folder). A crash or kill at any
+//! moment leaves no `PATH`, or the previous complete one, or the new complete one. Other
+//! processes filling the same file keep reading it through their open descriptor (the rename
+//! keeps the inode); at their next epoch they open `PATH`.
+//!
+//! ## Reading a complete cache
+//!
+//! Later epochs and runs read records at random with `pread` (so the per-epoch permutation
+//! still applies) straight into the sample buffer: one copy, as from a memory map, but a file
+//! that another program truncates, replaces or rewrites in place can never raise `SIGBUS`. A
+//! record cut short or failing its checksum is [`ErrorKind::CorruptCache`] naming the file and
+//! the record ([`CachePolicy::Fail`]), or makes the loader drop the cache, decode that sample
+//! from the source and rebuild the cache ([`CachePolicy::Rebuild`]). Each epoch checks that
+//! `PATH` is still the file it opened, with the same length; if not it opens `PATH` again.
+//! Normalization happens in the batcher as on the uncached path, so batches are
+//! bit-identical; nothing is mapped, so the process's RSS does not grow by the file.
+//!
+//! ## Stale or unusable files
+//!
+//! The header records the sample shape, the transform settings and a fingerprint of the source
+//! (every entry's path, size, modification time and label). A complete cache that does not
+//! match, lacks its footer or has a wrong length is logged once and rebuilt. A `PATH.partial`
+//! that does not match, or was created before the machine last booted (its presence bytes may
+//! have reached the disk before the records they mark), is replaced by a new file renamed over
+//! it, never truncated: other processes may still hold the old one, and their writes go to it
+//! harmlessly. Two loaders with different settings on one path replace each other's file.
+//!
+//! ## Nodes and network file systems
+//!
+//! Processes on one host coordinate through the page cache and `flock`. On a network or
+//! cluster file system (NFS, SMB/CIFS, Lustre, GPFS, CephFS, BeeGFS, AFS, 9p: read from
+//! `statfs`, Linux) `flock` and the page cache do not coordinate hosts, so the cache's files
+//! are per host there: `PATH.<hostname>` (with `.partial` and `.lock` beside it). Each node
+//! builds and reads its own; ranks of one node share it.
+//!
+//! ## What it replaces
+//!
+//! Only a cache of its own. `PATH` or `PATH.partial` holding anything else (a file without the
+//! cache header, a directory, a device, a FIFO) makes `build()` fail naming it; a symbolic link
+//! at `PATH` is followed. Before a file is created, the free space of the cache's file system is
+//! checked against the final size (`count × (76,800 + 25)` bytes at 160×160 plus 8 kB).
+//!
+//! The policy lives here: [`Cache::begin_epoch`] chooses how each epoch uses the cache (read a
+//! complete one, or fill), [`Cache::lookup`] answers a decode thread for one sample (hit,
+//! recorded failure, or a corrupt record: fail or rebuild), [`EpochCache::record`] writes a
+//! decoded sample, and [`Cache::end_epoch`] commits. The pipeline only calls them.
 //!
 //! [`ErrorKind::CorruptCache`]: crate::ErrorKind::CorruptCache
 
@@ -50,7 +101,7 @@ use crate::config::{CachePolicy, Config};
 use crate::error::{DecodeFailure, Error};
 use crate::source::Source;
 use crate::stats::StatsCell;
-use format::{CacheMap, Header, Record, FOOTER_LEN, HEADER_LEN, RECORD_HEADER_LEN};
+use format::{identity, read_at, write_at, CacheFile, Header, Sample, HEADER_LEN};
 
 /// The cache of one loader.
 #[derive(Debug)]
@@ -60,7 +111,10 @@ pub(crate) struct Cache {
     lock_path: PathBuf,
     header: Header,
     policy: CachePolicy,
-    state: Mutex<Option<Arc<CacheMap>>>,
+    /// The complete cache, once open.
+    complete: Mutex<Option<Arc<CacheFile>>>,
+    /// The file being filled, kept between epochs.
+    filling: Mutex<Option<Arc<Filler>>>,
     free_space_override: Option<u64>,
     /// The last "will be rebuilt" reason logged: each epoch looks again, but says it once.
     last_stale: Mutex<Option<String>>,
@@ -69,21 +123,33 @@ pub(crate) struct Cache {
 /// How one epoch uses the cache.
 #[derive(Debug, Clone)]
 pub(crate) enum EpochCache {
+    /// No cache.
     Off,
-    Read(Arc<CacheMap>),
-    Write(Arc<Writer>),
+    /// A complete cache: every sample is read from it.
+    Read(Arc<CacheFile>),
+    /// A cache still filling: present records are read, absent ones decoded and written.
+    Fill(Arc<Filler>),
 }
 
 impl EpochCache {
     /// Records a decoded sample (its pixels in `buf`, or its data error) in a cache this epoch
-    /// writes; nothing otherwise.
+    /// fills; nothing otherwise.
     pub(crate) fn record(&self, index: u32, label: u32, buf: &[u8], result: &Result<(), Error>) {
-        if let EpochCache::Write(writer) = self {
+        if let EpochCache::Fill(filler) = self {
             match result {
-                Ok(()) => writer.put_pixels(index, label, buf),
-                Err(e) if e.is_data_error() => writer.put_failure(index, label, &e.reason()),
+                Ok(()) => filler.put_pixels(index, label, buf),
+                Err(e) if e.is_data_error() => filler.put_failure(index, label, &e.reason()),
                 Err(_) => {}
             }
+        }
+    }
+
+    /// The code [`StatsCell`] keeps: 0 no cache, 1 read a complete one, 2 filled one.
+    pub(crate) fn stats_code(&self) -> u64 {
+        match self {
+            EpochCache::Off => 0,
+            EpochCache::Read(_) => 1,
+            EpochCache::Fill(_) => 2,
         }
     }
 }
@@ -167,6 +233,74 @@ fn fingerprint(source: &Source) -> [u8; 16] {
     h.digest128().to_le_bytes()
 }
 
+/// Whether `dir` is on a file system whose `flock` and page cache do not coordinate hosts
+/// (Linux `statfs`): its name, or `None` (local, or not known).
+fn network_file_system(dir: &Path) -> Option<&'static str> {
+    #[cfg(target_os = "linux")]
+    {
+        let magic = rustix::fs::statfs(dir).ok()?.f_type as i64 as u64 & 0xffff_ffff;
+        let name = match magic {
+            0x6969 => "NFS",
+            0x517b | 0xff53_4d42 | 0xfe53_4d42 => "SMB/CIFS",
+            0x0bd0_0bd0 => "Lustre",
+            0x4750_4653 => "GPFS",
+            0x00c3_6400 => "CephFS",
+            0x1983_0326 => "BeeGFS",
+            0x5346_414f => "AFS",
+            0x0102_1997 => "9p",
+            _ => return None,
+        };
+        Some(name)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
+/// This host's name, for per-host cache files: `/proc/sys/kernel/hostname`, else `HOSTNAME`,
+/// else `host`; characters other than letters, digits, `-`, `_` and `.` become `_`.
+fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Bytes a file takes on disk (its allocated blocks on Unix; a sparse file being filled takes
+/// less than its length).
+fn allocated(meta: &std::fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::MetadataExt::blocks(meta).saturating_mul(512)
+    }
+    #[cfg(not(unix))]
+    {
+        meta.len()
+    }
+}
+
+/// The exclusive lock on `PATH.lock`, held while a file is created, replaced or committed.
+struct LockGuard(File);
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let _ = fs4::FileExt::unlock(&self.0);
+    }
+}
+
 impl Cache {
     /// Prepares the cache at `path` for a loader: computes the source fingerprint (one `stat`
     /// per sample), opens a matching complete cache if there is one, and otherwise checks that
@@ -248,13 +382,31 @@ impl Cache {
             count: source.len() as u64,
             fingerprint,
         };
+        let (path, partial, lock_path) = match network_file_system(dir) {
+            Some(fs) => {
+                let host = host_name();
+                let per_host = with_suffix(path, &format!(".{host}"));
+                log::info!(
+                    "cache {}: on a network file system ({fs}), where hosts cannot share one cache file; this host ({host}) uses {}",
+                    path.display(),
+                    per_host.display()
+                );
+                let partial = with_suffix(&per_host, ".partial");
+                check_replaceable(&per_host)?;
+                check_replaceable(&partial)?;
+                let lock = with_suffix(&per_host, ".lock");
+                (per_host, partial, lock)
+            }
+            None => (path.to_path_buf(), partial, with_suffix(path, ".lock")),
+        };
         let cache = Cache {
-            path: path.to_path_buf(),
+            path,
             partial,
-            lock_path: with_suffix(path, ".lock"),
+            lock_path,
             header,
             policy: cfg.cache_policy,
-            state: Mutex::new(None),
+            complete: Mutex::new(None),
+            filling: Mutex::new(None),
             free_space_override: cfg.cache_free_space_override,
             last_stale: Mutex::new(None),
         };
@@ -264,40 +416,46 @@ impl Cache {
         Ok(cache)
     }
 
-    /// Opens `PATH` if it is a complete cache matching this loader; logs why not otherwise.
-    fn open_complete(&self) -> Result<Option<Arc<CacheMap>>, Error> {
+    /// The complete cache, if `PATH` is one matching this loader: the one already open if
+    /// `PATH` is still that file with its length, else `PATH` opened again. Logs why not.
+    fn open_complete(&self) -> Result<Option<Arc<CacheFile>>, Error> {
         {
-            let mut state = self.lock_state();
-            match state.as_ref() {
-                Some(map) if map.still_whole() => return Ok(Some(map.clone())),
-                Some(_) => {
-                    log::warn!(
-                        "cache {} shrank while in use (another program truncated it); it is read again",
-                        self.path.display()
-                    );
-                    *state = None;
+            let mut state = lock(&self.complete);
+            if let Some(file) = state.as_ref() {
+                let same = std::fs::metadata(&self.path).is_ok_and(|m| identity(&m) == file.id);
+                if same && file.still_whole() {
+                    return Ok(Some(file.clone()));
                 }
-                None => {}
+                log::warn!(
+                    "cache {} changed while in use (another program truncated or replaced it); it is opened again",
+                    self.path.display()
+                );
+                *state = None;
             }
         }
         if !self.path.exists() {
             return Ok(None);
         }
-        let why = match CacheMap::open(&self.path)? {
-            Ok(map) if map.header == self.header => {
-                let map = Arc::new(map);
-                *self.lock_state() = Some(map.clone());
-                return Ok(Some(map));
+        let why = match CacheFile::open(&self.path)? {
+            Ok(file) if file.header == self.header => {
+                let file = Arc::new(file);
+                *lock(&self.complete) = Some(file.clone());
+                return Ok(Some(file));
             }
-            Ok(map) => self.stale_reason(&map.header),
+            Ok(file) => self.stale_reason(&file.header),
             Err(why) => format!("unusable: {why}"),
         };
-        let mut last = self.last_stale.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_deref() != Some(why.as_str()) {
-            log::warn!("cache {} will be rebuilt: {why}", self.path.display());
-            *last = Some(why);
-        }
+        self.say_stale(&why);
         Ok(None)
+    }
+
+    /// Logs that `PATH` (or `PATH.partial`) will be rebuilt, once a reason.
+    fn say_stale(&self, why: &str) {
+        let mut last = lock(&self.last_stale);
+        if last.as_deref() != Some(why) {
+            log::warn!("cache {} will be rebuilt: {why}", self.path.display());
+            *last = Some(why.to_owned());
+        }
     }
 
     fn stale_reason(&self, found: &Header) -> String {
@@ -323,10 +481,6 @@ impl Cache {
         }
     }
 
-    fn lock_state(&self) -> std::sync::MutexGuard<'_, Option<Arc<CacheMap>>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The final size of the cache file.
     pub(crate) fn final_len(&self) -> u64 {
         self.header.file_len().unwrap_or(u64::MAX)
@@ -343,8 +497,8 @@ impl Cache {
             Some(f) => f,
             None => fs4::available_space(dir).map_err(|e| Error::io(dir, e))?,
         };
-        // An existing partial file of ours will be overwritten: its space counts as free.
-        let reusable = std::fs::metadata(&self.partial).map_or(0, |m| m.len());
+        // The records already written to a partial file of ours count as written.
+        let reusable = std::fs::metadata(&self.partial).map_or(0, |m| allocated(&m));
         if need > free.saturating_add(reusable) {
             return Err(Error::config(
                 "cache",
@@ -361,73 +515,125 @@ impl Cache {
         Ok(())
     }
 
-    /// Decides how the next epoch uses the cache.
-    pub(crate) fn begin_epoch(&self) -> Result<EpochCache, Error> {
-        if let Some(map) = self.open_complete()? {
-            return Ok(EpochCache::Read(map));
-        }
+    /// Takes the exclusive lock on `PATH.lock` (waiting for another process's creation or
+    /// commit, which take a moment).
+    fn lock_file(&self) -> Result<LockGuard, Error> {
         if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
-        let lock = OpenOptions::new()
+        let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&self.lock_path)
             .map_err(|e| Error::io(&self.lock_path, e))?;
-        match fs4::FileExt::try_lock(&lock) {
-            Ok(()) => {}
-            Err(fs4::TryLockError::WouldBlock) => {
-                log::warn!(
-                    "cache {}: another process is writing it; this epoch reads uncached",
-                    self.path.display()
-                );
-                return Ok(EpochCache::Off);
-            }
-            Err(fs4::TryLockError::Error(e)) => return Err(Error::io(&self.lock_path, e)),
-        }
-        // Another process may have finished the cache while we waited for the lock.
-        if let Some(map) = self.open_complete()? {
-            return Ok(EpochCache::Read(map));
-        }
-        self.check_space()?;
-        let writer = Writer::create(&self.partial, &self.path, self.header, lock)?;
-        Ok(EpochCache::Write(Arc::new(writer)))
+        fs4::FileExt::lock(&file).map_err(|e| Error::io(&self.lock_path, e))?;
+        Ok(LockGuard(file))
     }
 
-    /// Called when an epoch that wrote the cache has visited every sample: makes it complete.
-    pub(crate) fn commit(&self, writer: &Writer) -> Result<(), Error> {
-        if writer.abandoned.load(Relaxed) {
-            return Ok(());
+    /// Decides how the next epoch uses the cache: reads a complete one, or fills `PATH.partial`
+    /// (committing it first if it already has every record).
+    pub(crate) fn begin_epoch(&self) -> Result<EpochCache, Error> {
+        if let Some(file) = self.open_complete()? {
+            return Ok(EpochCache::Read(file));
         }
-        let written = writer.written.load(Relaxed);
-        if written != self.header.count {
-            log::warn!(
-                "cache {}: {written} of {} samples written; not completing it",
-                self.path.display(),
-                self.header.count
-            );
-            return Ok(());
+        let filler = self.filler()?;
+        filler.refresh();
+        if filler.all_present() {
+            if let Some(file) = self.commit(&filler)? {
+                return Ok(EpochCache::Read(file));
+            }
         }
-        writer.commit()?;
-        let _ = self.open_complete()?;
+        Ok(EpochCache::Fill(filler))
+    }
+
+    /// The file this process fills: the one kept from the last epoch if `PATH.partial` is still
+    /// that file, else `PATH.partial` opened (or created, or replaced if it does not match)
+    /// under the lock.
+    fn filler(&self) -> Result<Arc<Filler>, Error> {
+        if let Some(kept) = lock(&self.filling).clone() {
+            let same = std::fs::metadata(&self.partial).is_ok_and(|m| identity(&m) == kept.id);
+            if same && !kept.abandoned.load(Relaxed) {
+                return Ok(kept);
+            }
+        }
+        let _guard = self.lock_file()?;
+        let filler = match Filler::open(&self.partial, &self.header)? {
+            Ok(f) => f,
+            Err(why) => {
+                if let Some(why) = why {
+                    log::warn!(
+                        "cache {}: {} is replaced: {why}",
+                        self.path.display(),
+                        self.partial.display()
+                    );
+                }
+                self.check_space()?;
+                Filler::create(&self.partial, &self.header)?
+            }
+        };
+        let filler = Arc::new(filler);
+        *lock(&self.filling) = Some(filler.clone());
+        Ok(filler)
+    }
+
+    /// Called when an epoch has ended: a filled cache with every record present is committed.
+    pub(crate) fn end_epoch(&self, mode: &EpochCache) -> Result<(), Error> {
+        if let EpochCache::Fill(filler) = mode {
+            filler.refresh();
+            if filler.all_present() {
+                self.commit(filler)?;
+            } else {
+                log::info!(
+                    "cache {}: {} of {} records present ({} written by this process); it completes once every sample has been loaded",
+                    self.path.display(),
+                    filler.present(),
+                    self.header.count,
+                    filler.wrote.load(Relaxed)
+                );
+            }
+        }
         Ok(())
+    }
+
+    /// Makes `filler`'s file the complete cache if it is still `PATH.partial` and has every
+    /// record (under the lock; see the module doc), or finds that another process did. Returns
+    /// the complete cache.
+    fn commit(&self, filler: &Filler) -> Result<Option<Arc<CacheFile>>, Error> {
+        let _guard = self.lock_file()?;
+        if let Some(file) = self.open_complete()? {
+            return Ok(Some(file));
+        }
+        let ours = std::fs::metadata(&self.partial).is_ok_and(|m| identity(&m) == filler.id);
+        filler.refresh();
+        if !ours || !filler.all_present() || filler.abandoned.load(Relaxed) {
+            return Ok(None);
+        }
+        filler.commit(&self.partial, &self.path)?;
+        log::info!(
+            "cache {} complete: {} samples, {:.1} MB",
+            self.path.display(),
+            self.header.count,
+            self.final_len() as f64 / 1e6
+        );
+        *lock(&self.filling) = None;
+        self.open_complete()
     }
 
     /// Drops a cache found corrupt (policy `Rebuild`): later epochs rebuild it.
     fn invalidate(&self, why: &str) {
-        let mut state = self.lock_state();
-        if state.take().is_some() {
+        let mut state = lock(&self.complete);
+        if let Some(file) = state.take() {
             log::warn!(
                 "cache {} is corrupt ({why}); it will be rebuilt",
                 self.path.display()
             );
-            let _ = std::fs::remove_file(&self.path);
+            // Only if `PATH` is still the file found corrupt (another process may have
+            // rebuilt it already).
+            if std::fs::metadata(&self.path).is_ok_and(|m| identity(&m) == file.id) {
+                let _ = std::fs::remove_file(&self.path);
+            }
         }
-    }
-
-    fn policy(&self) -> CachePolicy {
-        self.policy
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -436,15 +642,16 @@ impl Cache {
 
     /// Bytes of the complete cache file, if there is one.
     pub(crate) fn size_on_disk(&self) -> Option<u64> {
-        self.lock_state().as_ref().map(|m| m.len_bytes())
+        lock(&self.complete).as_ref().map(|m| m.len_bytes())
     }
 
     /// The cache's answer for sample `index` (whose label the source says is `expected`) in an
-    /// epoch that reads it (`mode`): `Some` with the pixels written into `buf` (a hit), with
-    /// the failure recorded for the sample, or, for a corrupt record under
-    /// [`CachePolicy::Fail`], an error naming the cache file. `None` when the sample must be
-    /// decoded: the epoch does not read the cache, or the record was corrupt under
-    /// [`CachePolicy::Rebuild`], which drops the cache so that a later epoch rebuilds it.
+    /// epoch that uses it (`mode`): `Some` with the pixels written into `buf` (a hit), with
+    /// the failure recorded for the sample, or, for a corrupt record of a complete cache under
+    /// [`CachePolicy::Fail`], an error naming the cache file and the record. `None` when the
+    /// sample must be decoded: no cache, a record not yet present in a filling one, or a
+    /// corrupt record under [`CachePolicy::Rebuild`], which drops the cache so that it is
+    /// rebuilt.
     pub(crate) fn lookup(
         &self,
         mode: &EpochCache,
@@ -454,115 +661,227 @@ impl Cache {
         buf: &mut [u8],
         stats: &StatsCell,
     ) -> Option<Result<(), Error>> {
-        let EpochCache::Read(map) = mode else {
-            return None;
-        };
-        let read = Cache::read(map, index, buf).and_then(|sample| match sample {
-            CachedSample::Pixels { label } | CachedSample::Failed { label, .. }
-                if label != expected =>
-            {
-                Err(format!(
-                    "record {index} has label {label}, the source says {expected}"
-                ))
-            }
-            other => Ok(other),
-        });
-        match read {
-            Ok(CachedSample::Pixels { .. }) => {
-                stats.cache_hits.fetch_add(1, Relaxed);
-                Some(Ok(()))
-            }
-            Ok(CachedSample::Failed { message, .. }) => {
-                stats.cache_hits.fetch_add(1, Relaxed);
-                Some(Err(Error::decode(path, DecodeFailure(message))))
-            }
-            Err(why) => match self.policy() {
-                CachePolicy::Rebuild => {
-                    self.invalidate(&why);
-                    None
+        let checked = |sample: Result<Sample, String>| {
+            sample.and_then(|sample| match sample {
+                Sample::Pixels { label } | Sample::Failed { label, .. } if label != expected => {
+                    Err(format!(
+                        "record {index} has label {label}, the source says {expected}"
+                    ))
                 }
-                _ => Some(Err(Error::corrupt_cache(
-                    self.path(),
-                    format!("{why} (sample {})", path.display()),
-                ))),
+                other => Ok(other),
+            })
+        };
+        let found = |sample: Sample| {
+            stats.cache_hits.fetch_add(1, Relaxed);
+            match sample {
+                Sample::Pixels { .. } => Ok(()),
+                Sample::Failed { message, .. } => Err(Error::decode(path, DecodeFailure(message))),
+            }
+        };
+        match mode {
+            EpochCache::Off => None,
+            EpochCache::Fill(filler) => {
+                if !filler.is_present(index) {
+                    return None;
+                }
+                match checked(filler.read(index, buf)) {
+                    Ok(sample) => Some(found(sample)),
+                    Err(why) => {
+                        // A record of a file still filling (a machine crash, a disk error):
+                        // decoded and written again.
+                        log::debug!("cache {}: {why}; decoding it again", self.partial.display());
+                        None
+                    }
+                }
+            }
+            EpochCache::Read(file) => match checked(file.read(index, buf)) {
+                Ok(sample) => Some(found(sample)),
+                Err(why) => match self.policy {
+                    CachePolicy::Rebuild => {
+                        self.invalidate(&why);
+                        None
+                    }
+                    _ => Some(Err(Error::corrupt_cache(
+                        self.path(),
+                        format!("{why} (sample {})", path.display()),
+                    ))),
+                },
             },
         }
     }
-
-    /// Reads sample `index` from a complete cache into `out`.
-    fn read(map: &CacheMap, index: u32, out: &mut [u8]) -> Result<CachedSample, String> {
-        let bytes = map
-            .record(u64::from(index))
-            .ok_or_else(|| format!("record {index} is out of range"))?;
-        let sample = match format::decode_record(bytes, index, out.len())? {
-            Record::Pixels { label, pixels } => {
-                out.copy_from_slice(pixels);
-                CachedSample::Pixels { label }
-            }
-            Record::Failed { label, message } => CachedSample::Failed {
-                label,
-                message: message.to_owned(),
-            },
-        };
-        // Copied out: the mapped pages need not stay in the process (see `CacheMap::release`).
-        map.release(u64::from(index));
-        Ok(sample)
-    }
 }
 
-/// A sample as the cache recorded it.
-#[derive(Debug)]
-enum CachedSample {
-    Pixels { label: u32 },
-    Failed { label: u32, message: String },
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Writes records into `PATH.partial` while holding the cache lock.
+/// A cache file being filled (`PATH.partial`), open for reading and writing, with what this
+/// process knows of its presence map.
 #[derive(Debug)]
-pub(crate) struct Writer {
+pub(crate) struct Filler {
     file: File,
-    _lock: File,
+    /// The file's identity when opened.
+    id: (u64, u64),
     partial: PathBuf,
-    path: PathBuf,
     header: Header,
-    written: AtomicU64,
+    /// A bit a record: present (read from the file's presence map, or written here).
+    present: Vec<AtomicU64>,
+    /// Records this process wrote.
+    wrote: AtomicU64,
+    /// A write failed: the process goes on without writing (and never commits this file).
     abandoned: AtomicBool,
 }
 
-impl Writer {
-    fn create(partial: &Path, path: &Path, header: Header, lock: File) -> Result<Writer, Error> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(partial)
-            .map_err(|e| Error::io(partial, e))?;
-        // The header first, so a writer stopped at any point leaves an empty file or one that
-        // starts with it (never a file of zeros, which could be anybody's); then sparse until
-        // written; the footer goes at the end only on commit.
-        write_at(&file, &header.encode(), 0).map_err(|e| Error::io(partial, e))?;
-        file.set_len(header.file_len().unwrap_or(0) - FOOTER_LEN)
-            .map_err(|e| Error::io(partial, e))?;
-        log::info!("cache {}: writing {} samples", path.display(), header.count);
-        Ok(Writer {
+/// Bytes of the presence map read at a time.
+const PRESENCE_CHUNK: usize = 1 << 16;
+
+impl Filler {
+    fn new(file: File, partial: &Path, header: &Header) -> Result<Filler, Error> {
+        let meta = file.metadata().map_err(|e| Error::io(partial, e))?;
+        let words = usize::try_from(header.count.div_ceil(64)).unwrap_or(usize::MAX);
+        Ok(Filler {
             file,
-            _lock: lock,
+            id: identity(&meta),
             partial: partial.to_path_buf(),
-            path: path.to_path_buf(),
-            header,
-            written: AtomicU64::new(0),
+            header: *header,
+            present: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            wrote: AtomicU64::new(0),
             abandoned: AtomicBool::new(false),
         })
     }
 
+    /// Opens `partial` if it is a file being filled for `header` in this boot. `Ok(Err(why))`
+    /// says why not (`None`: there is no such file).
+    fn open(partial: &Path, header: &Header) -> Result<Result<Filler, Option<String>>, Error> {
+        let file = match OpenOptions::new().read(true).write(true).open(partial) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err(None)),
+            Err(e) => return Err(Error::io(partial, e)),
+        };
+        let len = file.metadata().map_err(|e| Error::io(partial, e))?.len();
+        let mut head = vec![0u8; HEADER_LEN as usize];
+        if len < HEADER_LEN || read_at(&file, &mut head, 0).is_err() {
+            return Ok(Err(Some(format!("{len} bytes, shorter than a header"))));
+        }
+        let why = match Header::decode(&head) {
+            Err(why) => why,
+            Ok(h) if h != *header => "made with other settings or another source".into(),
+            Ok(_) if format::recorded_boot(&head) != format::boot_stamp() => {
+                "filled before the machine last restarted (records may not have reached the disk)"
+                    .into()
+            }
+            // A commit stopped between its footer and its rename leaves the whole length.
+            Ok(_) if Some(len) != header.partial_len() && Some(len) != header.file_len() => {
+                format!("{len} bytes, not the length of this cache")
+            }
+            Ok(_) => return Filler::new(file, partial, header).map(Ok),
+        };
+        Ok(Err(Some(why)))
+    }
+
+    /// Creates a new file being filled for `header` under a temporary name and renames it to
+    /// `partial`: a file others may still have open is replaced, never truncated.
+    fn create(partial: &Path, header: &Header) -> Result<Filler, Error> {
+        let tmp = with_suffix(partial, &format!(".{}.tmp", std::process::id()));
+        let made = (|| {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(&tmp)?;
+            // The header first, then sparse until written; the footer goes at the end only on
+            // commit.
+            write_at(&file, &format::header_page(header), 0)?;
+            file.set_len(header.partial_len().unwrap_or(HEADER_LEN))?;
+            std::fs::rename(&tmp, partial)?;
+            Ok(file)
+        })();
+        let file = made.map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::io(partial, e)
+        })?;
+        log::info!(
+            "cache {}: filling {} records",
+            partial.display(),
+            header.count
+        );
+        Filler::new(file, partial, header)
+    }
+
+    fn bit(&self, i: u32) -> (usize, u64) {
+        (i as usize / 64, 1u64 << (i % 64))
+    }
+
+    fn mark(&self, i: u32) {
+        let (w, b) = self.bit(i);
+        if let Some(word) = self.present.get(w) {
+            word.fetch_or(b, Relaxed);
+        }
+    }
+
+    /// Reads the file's presence map into what this process knows.
+    fn refresh(&self) {
+        let mut buf = vec![0u8; PRESENCE_CHUNK];
+        let count = self.header.count;
+        let mut at = 0u64;
+        while at < count {
+            let n = (count - at).min(PRESENCE_CHUNK as u64) as usize;
+            if read_at(&self.file, &mut buf[..n], HEADER_LEN + at).is_err() {
+                return;
+            }
+            for (k, &byte) in buf[..n].iter().enumerate() {
+                if byte == 1 {
+                    self.mark((at + k as u64) as u32);
+                }
+            }
+            at += n as u64;
+        }
+    }
+
+    /// Records known present.
+    fn present(&self) -> u64 {
+        self.present
+            .iter()
+            .map(|w| u64::from(w.load(Relaxed).count_ones()))
+            .sum()
+    }
+
+    fn all_present(&self) -> bool {
+        self.present() == self.header.count
+    }
+
+    /// Whether record `i` is present: known here, or its presence byte in the file says so
+    /// (another process wrote it since the map was read).
+    fn is_present(&self, i: u32) -> bool {
+        let (w, b) = self.bit(i);
+        if self
+            .present
+            .get(w)
+            .is_some_and(|word| word.load(Relaxed) & b != 0)
+        {
+            return true;
+        }
+        let mut byte = [0u8];
+        let there =
+            read_at(&self.file, &mut byte, HEADER_LEN + u64::from(i)).is_ok() && byte[0] == 1;
+        if there {
+            self.mark(i);
+        }
+        there
+    }
+
+    fn read(&self, i: u32, out: &mut [u8]) -> Result<Sample, String> {
+        format::read_record(&self.file, &self.header, i, out)
+    }
+
     /// Records a sample's pixels.
-    pub(crate) fn put_pixels(&self, index: u32, label: u32, pixels: &[u8]) {
+    fn put_pixels(&self, index: u32, label: u32, pixels: &[u8]) {
         self.put(format::STATUS_PIXELS, index, label, pixels);
     }
 
     /// Records a sample that failed to load, with the reason.
-    pub(crate) fn put_failure(&self, index: u32, label: u32, reason: &str) {
+    fn put_failure(&self, index: u32, label: u32, reason: &str) {
         let max = self.header.sample_len();
         let mut end = reason.len().min(max);
         while !reason.is_char_boundary(end) {
@@ -576,6 +895,7 @@ impl Writer {
         );
     }
 
+    /// Writes a record: payload, then header, then presence byte (see the module doc).
     fn put(&self, status: u8, index: u32, label: u32, payload: &[u8]) {
         if self.abandoned.load(Relaxed) {
             return;
@@ -584,16 +904,18 @@ impl Writer {
             return;
         };
         let head = format::encode_record_header(status, label, index, payload);
-        let r = write_at(&self.file, &head, at)
-            .and_then(|()| write_at(&self.file, payload, at + RECORD_HEADER_LEN as u64));
+        let r = write_at(&self.file, payload, at + format::RECORD_HEADER_LEN as u64)
+            .and_then(|()| write_at(&self.file, &head, at))
+            .and_then(|()| write_at(&self.file, &[1], HEADER_LEN + u64::from(index)));
         match r {
             Ok(()) => {
-                self.written.fetch_add(1, Relaxed);
+                self.mark(index);
+                self.wrote.fetch_add(1, Relaxed);
             }
             Err(e) => {
                 if !self.abandoned.swap(true, Relaxed) {
                     log::warn!(
-                        "cache {}: cannot write ({e}); continuing without the cache",
+                        "cache {}: cannot write ({e}); continuing without writing the cache",
                         self.partial.display()
                     );
                 }
@@ -601,42 +923,19 @@ impl Writer {
         }
     }
 
-    fn commit(&self) -> Result<(), Error> {
-        let io = |e| Error::io(&self.partial, e);
+    /// Makes the file complete: data to disk, the footer, to disk again, renamed to `path`.
+    fn commit(&self, partial: &Path, path: &Path) -> Result<(), Error> {
+        let io = |e| Error::io(partial, e);
         self.file.sync_data().map_err(io)?;
-        let end = self.header.file_len().unwrap_or(0) - FOOTER_LEN;
+        let end = self.header.partial_len().unwrap_or(0);
         write_at(&self.file, &self.header.footer(), end).map_err(io)?;
         self.file.sync_all().map_err(io)?;
-        std::fs::rename(&self.partial, &self.path).map_err(io)?;
-        if let Some(dir) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::rename(partial, path).map_err(io)?;
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             if let Ok(d) = File::open(dir) {
                 let _ = d.sync_all();
             }
         }
-        log::info!(
-            "cache {} complete: {} samples, {:.1} MB",
-            self.path.display(),
-            self.header.count,
-            (HEADER_LEN + self.header.count * self.header.record_len()) as f64 / 1e6
-        );
         Ok(())
     }
-}
-
-#[cfg(unix)]
-fn write_at(file: &File, buf: &[u8], at: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::write_all_at(file, buf, at)
-}
-
-#[cfg(windows)]
-fn write_at(file: &File, mut buf: &[u8], mut at: u64) -> std::io::Result<()> {
-    while !buf.is_empty() {
-        let n = std::os::windows::fs::FileExt::seek_write(file, buf, at)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        buf = &buf[n..];
-        at += n as u64;
-    }
-    Ok(())
 }

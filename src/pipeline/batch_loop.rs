@@ -12,7 +12,6 @@ use crossbeam_channel::{Receiver, Sender};
 use super::handoff::HandoffReceiver;
 use super::EpochShared;
 use crate::batch::{Batch, Batcher};
-use crate::cache::EpochCache;
 use crate::config::BatchFormat;
 use crate::error::{Error, ErrorKind, OnError};
 use crate::prefetch::BatchParts;
@@ -319,8 +318,8 @@ pub(super) fn batch_loop_inner(
     if !sink.finish() {
         return Ok(());
     }
-    if let (EpochCache::Write(writer), Some(cache)) = (&shared.cache_mode, &shared.cache) {
-        cache.commit(writer)?;
+    if let Some(cache) = &shared.cache {
+        cache.end_epoch(&shared.cache_mode)?;
     }
     Ok(())
 }

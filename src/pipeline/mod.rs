@@ -262,11 +262,7 @@ pub(crate) fn start(
         knobs.prefetch,
         readahead,
     ));
-    let mode_code = match cache_mode {
-        EpochCache::Off => 0,
-        EpochCache::Read(_) => 1,
-        EpochCache::Write(_) => 2,
-    };
+    let mode_code = cache_mode.stats_code();
     stats.reset(epoch, threads, knobs.prefetch, mode_code);
     pools.fill_batches(&cfg, &staging);
     let cache_bytes = cache.as_ref().and_then(|c| c.size_on_disk());

@@ -304,8 +304,9 @@ fn issue_3_flipped_byte_in_a_record_is_an_error_naming_the_record() {
     let cache = dir.path().join("c.cache");
     assert_eq!(wrote(&list, &cache, |b| b), (true, false));
     let mut bytes = std::fs::read(&cache).unwrap();
-    // Record 4's pixels start at 4096 + 4 * (24 + 76800) + 24.
-    let at = 4096 + 4 * (24 + 76_800) + 24 + 1000;
+    // Record 4's pixels start after the header page, the presence map's page and four records:
+    // at 4096 + 4096 + 4 * (24 + 76800) + 24.
+    let at = 4096 + 4096 + 4 * (24 + 76_800) + 24 + 1000;
     bytes[at] ^= 0x55;
     std::fs::write(&cache, &bytes).unwrap();
     let loader = builder(Source::from_list_file(&list).unwrap())
