@@ -403,29 +403,19 @@ impl LoaderBuilder {
         self
     }
 
-    /// [`shard`](Self::shard) with the `RANK` and `WORLD_SIZE` environment variables that
-    /// torchrun, Slurm wrappers and MPI launchers set (rank 0 of 1 when both are absent).
+    /// [`shard`](Self::shard) with the rank and world size that the process's launcher set:
+    /// torchrun, Open MPI's `mpirun`, MPICH or Intel MPI (PMI), or Slurm's `srun`, read in the
+    /// order [`Launch::from_vars`](crate::Launch::from_vars) documents (rank 0 of 1 when none is
+    /// set). [`Launch::from_env`](crate::Launch::from_env) gives the same rank and the local
+    /// rank, to pick the process's GPU.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) if one is set without the
-    /// other or either is not a number.
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming the variables: a
+    /// rank without its world size, a value that is not a number, or two launchers' variables
+    /// that disagree.
     pub fn shard_from_env(self) -> Result<Self, Error> {
-        let read = |name: &'static str| -> Result<Option<usize>, Error> {
-            match std::env::var(name) {
-                Ok(v) => v.trim().parse().map(Some).map_err(|_| {
-                    Error::config("shard_from_env", format!("{name}=`{v}` is not a number"))
-                }),
-                Err(_) => Ok(None),
-            }
-        };
-        match (read("RANK")?, read("WORLD_SIZE")?) {
-            (Some(r), Some(w)) => Ok(self.shard(r, w)),
-            (None, None) => Ok(self.shard(0, 1)),
-            _ => Err(Error::config(
-                "shard_from_env",
-                "RANK and WORLD_SIZE must be set together",
-            )),
-        }
+        let launch = crate::Launch::from_env()?;
+        Ok(self.shard(launch.rank, launch.world_size))
     }
 
     /// How ranks get equal batch counts when the source does not divide evenly (default

@@ -101,6 +101,7 @@ pub mod floor;
 pub mod fuzzing;
 #[doc(hidden)]
 pub mod gpu;
+mod launch;
 mod loader;
 mod pipeline;
 mod prefetch;
@@ -119,6 +120,7 @@ pub use builder::LoaderBuilder;
 pub use config::{CachePolicy, Device, ShardPadding};
 pub use decode::{decoder_info, DecoderInfo, JpegDecoder};
 pub use error::{BoxError, Error, ErrorKind, OnError};
+pub use launch::{Launch, Launcher};
 pub use loader::{Batches, Loader, LoaderState};
 pub use source::shards::{write_shards, ShardsWritten};
 pub use source::{RemoteOptions, Source, SourceKind};

@@ -97,10 +97,10 @@ pub(crate) struct BenchArgs {
     /// Cache decoded samples in this file (written by the first epoch, read by later ones).
     #[arg(long)]
     pub(crate) cache: Option<PathBuf>,
-    /// This process's rank (default: $RANK, else 0).
+    /// This process's rank (default: the launcher's: torchrun's RANK, Open MPI's OMPI_COMM_WORLD_RANK, PMI_RANK or Slurm's SLURM_PROCID; else 0).
     #[arg(long)]
     pub(crate) rank: Option<usize>,
-    /// Number of ranks sharing each epoch (default: $WORLD_SIZE, else 1).
+    /// Number of ranks sharing each epoch (default: the launcher's: WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS; else 1).
     #[arg(long)]
     pub(crate) world_size: Option<usize>,
     /// How ranks get equal batch counts: equal-batches (every sample once, plus a repeated sample on a short rank only where batch counts would differ), repeat or drop.

@@ -211,14 +211,26 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         // Where it does not apply, `transform_from_args` has said so once already.
         builder = builder.cache_max_side(s);
     }
-    builder = builder.shard_from_env()?;
-    if a.rank.is_some() || a.world_size.is_some() {
-        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
-        builder = builder.shard(
-            a.rank.or_else(|| env("RANK")).unwrap_or(0),
-            a.world_size.or_else(|| env("WORLD_SIZE")).unwrap_or(1),
-        );
-    }
+    // The rank: --rank and --world-size, else the launcher's variables (torchrun, Open MPI,
+    // PMI, Slurm), said on stderr so that a job's log shows which rank read what.
+    builder = match (a.rank, a.world_size) {
+        (Some(r), Some(w)) => builder.shard(r, w),
+        (given_rank, given_world) => {
+            let launch = imagefeed::Launch::from_env()?;
+            let (r, w) = (
+                given_rank.unwrap_or(launch.rank),
+                given_world.unwrap_or(launch.world_size),
+            );
+            if launch.launcher != imagefeed::Launcher::None {
+                if (r, w) == (launch.rank, launch.world_size) {
+                    eprintln!("imagefeed: {launch}");
+                } else {
+                    eprintln!("imagefeed: rank {r} of {w} (--rank/--world-size over {launch})");
+                }
+            }
+            builder.shard(r, w)
+        }
+    };
     builder = builder.shard_padding(match a.shard_padding {
         PaddingArg::EqualBatches => ShardPadding::EqualBatches,
         PaddingArg::Repeat => ShardPadding::Repeat,
