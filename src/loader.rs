@@ -13,7 +13,7 @@ use crate::cache::Cache;
 use crate::config::{Config, Device};
 use crate::decode::LargeGate;
 use crate::error::Error;
-use crate::pipeline::{self, Running};
+use crate::pipeline::{self, Running, Split};
 use crate::prefetch::Staging;
 use crate::source::Source;
 use crate::stats::{add, Stats, StatsCell};
@@ -90,27 +90,40 @@ impl Loader {
     ///
     /// Dropping the iterator, also partway through, stops and joins the epoch's threads.
     pub fn epoch(&self, epoch: u64) -> Batches {
-        self.start(epoch, 0)
+        self.start(epoch, Split::default(), 0)
     }
 
     /// Continues an epoch from a saved [`LoaderState`] (from [`Batches::state`]): delivers
-    /// exactly the samples of that epoch not yet delivered, in the same order, then ends.
-    /// Needs the same source and settings as the loader that saved it: another seed, rank,
-    /// world size, source (its paths and labels) or setting that orders the epoch (shuffle,
-    /// shuffle buffer, shard padding) is an error yielded by the iterator, naming what changed,
-    /// never a silently different plan.
+    /// exactly the samples of that epoch not yet delivered, then ends.
+    ///
+    /// The state may come from any rank, and this loader may have another rank or world size:
+    /// ranks step together, so a state saved at a step boundary says what every rank has
+    /// delivered. At the same world size every rank continues its own share, in the same
+    /// order. At another world size (a job restarted on fewer or more GPUs) the samples no rank
+    /// has delivered yet are split over the new ranks, each delivered once, with equal batch
+    /// counts ([`shard_padding`](crate::LoaderBuilder::shard_padding)).
+    ///
+    /// The loader must have the same source and settings as the one that saved it: another
+    /// seed, source (its paths and labels) or setting that orders the epoch (shuffle, shuffle
+    /// buffer, shard padding) is an error yielded by the iterator, naming what changed, never a
+    /// silently different plan. So is a change of world size the loader cannot make exact (tar
+    /// shards with a shuffle buffer, or a second change within one epoch of tar shards). To
+    /// check that every rank saved the same step, see [`LoaderState::agree`].
     pub fn resume(&self, state: &LoaderState) -> Batches {
         let cfg = &self.cfg;
         let (source, settings) = self.plan_fingerprints();
+        let split = state.split();
+        let mut position = usize::try_from(state.position).ok();
+        let mut resumed = split;
         let mismatch = if state.seed != cfg.seed {
             Some(format!(
                 "the state has seed {}, the loader {}",
                 state.seed, cfg.seed
             ))
-        } else if (state.rank, state.world_size) != (cfg.rank, cfg.world_size) {
+        } else if state.world_size == 0 || state.rank >= state.world_size {
             Some(format!(
-                "the state is for rank {} of {}, the loader is rank {} of {}",
-                state.rank, state.world_size, cfg.rank, cfg.world_size
+                "the state is for rank {} of {}, which no loader can be",
+                state.rank, state.world_size
             ))
         } else if state.source != 0 && state.source != source {
             Some(
@@ -126,11 +139,34 @@ impl Loader {
                  samples; resume with the settings that saved it"
                     .into(),
             )
+        } else if state.world_size != cfg.world_size {
+            match crate::pipeline::resplit(
+                cfg,
+                &self.source,
+                split,
+                state.world_size,
+                state.position,
+            ) {
+                Ok(s) => {
+                    resumed = s;
+                    position = Some(0);
+                    log::info!(
+                        "resuming epoch {} saved by {} ranks at position {} on {} ranks: {} samples no rank has delivered",
+                        state.epoch,
+                        state.world_size,
+                        state.position,
+                        cfg.world_size,
+                        crate::pipeline::split_len(&self.source, s)
+                    );
+                    None
+                }
+                Err(why) => Some(why),
+            }
         } else {
             None
         };
-        match (mismatch, usize::try_from(state.position)) {
-            (None, Ok(position)) => self.start(state.epoch, position),
+        match (mismatch, position) {
+            (None, Some(position)) => self.start(state.epoch, resumed, position),
             (why, _) => Batches {
                 running: None,
                 tuner: None,
@@ -152,10 +188,16 @@ impl Loader {
             let mut h = xxhash_rust::xxh3::Xxh3::new();
             self.source.fingerprint(&mut h, false);
             let cfg = &self.cfg;
-            let settings = format!(
+            let mut settings = format!(
                 "shuffle={} buffer={} padding={:?}",
                 cfg.shuffle, cfg.shuffle_buffer, cfg.shard_padding
             );
+            if cfg.shuffle_buffer > 0 && !crate::pipeline::contiguous(&self.source) {
+                // The index shuffle buffer runs over the global order, before the ranks take
+                // their shares (it used to run over each share): sharded states saved before
+                // would resume another plan. (Independent of the world size, which may change.)
+                settings.push_str(" buffer-before-shares");
+            }
             // Never 0, which a state uses for "not recorded".
             (
                 h.digest().max(1),
@@ -164,11 +206,11 @@ impl Loader {
         })
     }
 
-    fn start(&self, epoch: u64, position: usize) -> Batches {
+    fn start(&self, epoch: u64, split: Split, position: usize) -> Batches {
         let (source, settings) = self.plan_fingerprints();
         // Batches still to come when none is skipped (positions fall on batch boundaries).
         let remaining = self
-            .batches_per_epoch()
+            .batches_of(crate::pipeline::split_len(&self.source, split))
             .saturating_sub(position / self.cfg.batch_size);
         let state = LoaderState {
             seed: self.cfg.seed,
@@ -178,6 +220,9 @@ impl Loader {
             world_size: self.cfg.world_size,
             source,
             settings,
+            base: split.base,
+            prior_world_size: split.prior.map_or(0, |p| p.0),
+            prior_position: split.prior.map_or(0, |p| p.1),
         };
         let started = pipeline::start(
             self.cfg.clone(),
@@ -190,6 +235,7 @@ impl Loader {
             &self.pools,
             *self.knobs.lock().unwrap_or_else(|e| e.into_inner()),
             epoch,
+            split,
             position,
         );
         match started {
@@ -270,7 +316,12 @@ impl Loader {
     /// Batches per epoch when no sample is skipped (with sharding, on every rank, skipped or
     /// not).
     pub fn batches_per_epoch(&self) -> usize {
-        let n = self.samples_per_epoch();
+        self.batches_of(self.len())
+    }
+
+    /// This rank's batches over `positions` of an epoch's order (no sample skipped).
+    fn batches_of(&self, positions: usize) -> usize {
+        let n = crate::pipeline::plan_len(&self.cfg, positions);
         if self.cfg.drop_remainder {
             n / self.cfg.batch_size
         } else {
@@ -545,6 +596,77 @@ pub struct LoaderState {
     /// A fingerprint of the settings that order an epoch besides the seed, rank and world
     /// size: shuffle, shuffle buffer, shard padding (0: not recorded, not checked).
     pub settings: u64,
+    /// After a resume at another world size: positions of the epoch's order that ranks
+    /// delivered before (0 otherwise).
+    pub base: u64,
+    /// After tar shards resumed at another world size: the world size that had split the rest
+    /// of the order in blocks (0 otherwise)…
+    pub prior_world_size: usize,
+    /// …and the position each of those ranks had reached in its block.
+    pub prior_position: u64,
+}
+
+impl LoaderState {
+    /// The part of the epoch this state's ranks were splitting.
+    fn split(&self) -> Split {
+        Split {
+            base: self.base,
+            prior: (self.prior_world_size > 0)
+                .then_some((self.prior_world_size, self.prior_position)),
+        }
+    }
+
+    /// The one state that the states of a job's ranks, saved at the same step, describe:
+    /// checks that they come from one run (seed, epoch, world size, source, settings) and one
+    /// step (the same position), with no rank twice. Resuming needs only one rank's state
+    /// ([`Loader::resume`]); this catches ranks that stopped at different steps, which no
+    /// resume can make exact.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming the two ranks
+    /// that differ and how, or saying that `states` is empty.
+    pub fn agree(states: &[LoaderState]) -> Result<LoaderState, Error> {
+        let first = states
+            .first()
+            .ok_or_else(|| Error::config("resume", "no state given"))?;
+        let mut seen = std::collections::HashSet::new();
+        for s in states {
+            let differs = if (s.seed, s.source, s.settings)
+                != (first.seed, first.source, first.settings)
+            {
+                Some("come from different runs (seed, source or settings)".to_string())
+            } else if s.epoch != first.epoch {
+                Some(format!(
+                    "stopped in different epochs ({} and {})",
+                    first.epoch, s.epoch
+                ))
+            } else if s.world_size != first.world_size || s.split() != first.split() {
+                Some(format!(
+                    "were saved at different world sizes ({} and {})",
+                    first.world_size, s.world_size
+                ))
+            } else if s.position != first.position {
+                Some(format!(
+                    "stopped at different positions ({} and {}): the ranks were not at the same step, so the samples delivered are not known exactly; resume from states saved at the same step",
+                    first.position, s.position
+                ))
+            } else if !seen.insert(s.rank) {
+                Some(format!("are both rank {}", s.rank))
+            } else {
+                None
+            };
+            if let Some(how) = differs {
+                return Err(Error::config(
+                    "resume",
+                    format!(
+                        "the states of rank {} and rank {} {how}",
+                        first.rank, s.rank
+                    ),
+                ));
+            }
+        }
+        Ok(*first)
+    }
 }
 
 impl std::fmt::Display for LoaderState {
@@ -553,7 +675,19 @@ impl std::fmt::Display for LoaderState {
             f,
             "imagefeed-state-v1 seed={} epoch={} position={} rank={} world_size={} source={:016x} settings={:016x}",
             self.seed, self.epoch, self.position, self.rank, self.world_size, self.source, self.settings
-        )
+        )?;
+        // Only after a resume at another world size, so other lines read as they always did.
+        if self.base > 0 {
+            write!(f, " base={}", self.base)?;
+        }
+        if self.prior_world_size > 0 {
+            write!(
+                f,
+                " prior={}x{}",
+                self.prior_world_size, self.prior_position
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -580,13 +714,20 @@ impl std::str::FromStr for LoaderState {
         // The fingerprints; `plan=` (the command line's own fingerprint, written before the
         // state had these) is ignored.
         let (mut source, mut settings) = (0, 0);
+        let (mut base, mut prior_world_size, mut prior_position) = (0, 0, 0);
         for w in words {
             let (key, value) = w.split_once('=').ok_or_else(bad)?;
-            let value = u64::from_str_radix(value, 16).map_err(|_| bad())?;
+            let hex = || u64::from_str_radix(value, 16).map_err(|_| bad());
             match key {
-                "source" => source = value,
-                "settings" => settings = value,
+                "source" => source = hex()?,
+                "settings" => settings = hex()?,
                 "plan" => {}
+                "base" => base = value.parse().map_err(|_| bad())?,
+                "prior" => {
+                    let (w, p) = value.split_once('x').ok_or_else(bad)?;
+                    prior_world_size = w.parse().map_err(|_| bad())?;
+                    prior_position = p.parse().map_err(|_| bad())?;
+                }
                 _ => return Err(bad()),
             }
         }
@@ -598,6 +739,9 @@ impl std::str::FromStr for LoaderState {
             world_size,
             source,
             settings,
+            base,
+            prior_world_size,
+            prior_position,
         })
     }
 }

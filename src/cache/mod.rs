@@ -7,7 +7,8 @@
 //!   index's offset, and a presence map (a byte a record) after the header (`format.rs`).
 //! - `PATH`: the complete cache, renamed from `PATH.partial` once every record is present.
 //! - `PATH.lock`: held (`flock`, exclusive) only while a process creates or replaces
-//!   `PATH.partial`, or commits it.
+//!   `PATH.partial` (others wait for it), or commits it (others that find it taken go on: the
+//!   holder is completing the file they fill).
 //!
 //! ## Filling: any process, any epoch
 //!
@@ -515,9 +516,9 @@ impl Cache {
         Ok(())
     }
 
-    /// Takes the exclusive lock on `PATH.lock` (waiting for another process's creation or
-    /// commit, which take a moment).
-    fn lock_file(&self) -> Result<LockGuard, Error> {
+    /// Takes the exclusive lock on `PATH.lock`, waiting for another process's creation or
+    /// commit (which take a moment) if `wait`; `None` if it is taken and not `wait`.
+    fn lock_file(&self, wait: bool) -> Result<Option<LockGuard>, Error> {
         if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
@@ -527,8 +528,16 @@ impl Cache {
             .write(true)
             .open(&self.lock_path)
             .map_err(|e| Error::io(&self.lock_path, e))?;
-        fs4::FileExt::lock(&file).map_err(|e| Error::io(&self.lock_path, e))?;
-        Ok(LockGuard(file))
+        if wait {
+            fs4::FileExt::lock(&file).map_err(|e| Error::io(&self.lock_path, e))?;
+        } else {
+            match fs4::FileExt::try_lock(&file) {
+                Ok(()) => {}
+                Err(fs4::TryLockError::WouldBlock) => return Ok(None),
+                Err(fs4::TryLockError::Error(e)) => return Err(Error::io(&self.lock_path, e)),
+            }
+        }
+        Ok(Some(LockGuard(file)))
     }
 
     /// Decides how the next epoch uses the cache: reads a complete one, or fills `PATH.partial`
@@ -557,7 +566,7 @@ impl Cache {
                 return Ok(kept);
             }
         }
-        let _guard = self.lock_file()?;
+        let _guard = self.lock_file(true)?;
         let filler = match Filler::open(&self.partial, &self.header)? {
             Ok(f) => f,
             Err(why) => {
@@ -597,10 +606,14 @@ impl Cache {
     }
 
     /// Makes `filler`'s file the complete cache if it is still `PATH.partial` and has every
-    /// record (under the lock; see the module doc), or finds that another process did. Returns
-    /// the complete cache.
+    /// record (under the lock, if no other process holds it; see the module doc), or finds
+    /// that another process did. Returns the complete cache.
     fn commit(&self, filler: &Filler) -> Result<Option<Arc<CacheFile>>, Error> {
-        let _guard = self.lock_file()?;
+        // Taken: another process is committing this file (or replacing it); either way there
+        // is nothing to do here, and a process stopped while holding it never stalls this one.
+        let Some(_guard) = self.lock_file(false)? else {
+            return Ok(None);
+        };
         if let Some(file) = self.open_complete()? {
             return Ok(Some(file));
         }

@@ -82,7 +82,7 @@ use batch_loop::batch_loop;
 use decode_loop::decode_loop;
 use fetch::{fetch_loop, ByteBudget, Fetched};
 use handoff::handoff;
-pub(crate) use plan::plan_len;
+pub(crate) use plan::{contiguous, plan_len, resplit, split_len, Split};
 use plan::{plan, replay_buffer};
 pub(crate) use window::Window;
 
@@ -207,6 +207,7 @@ pub(crate) fn start(
     pools: &Pools,
     knobs: crate::tune::Knobs,
     epoch: u64,
+    split: Split,
     start_at: usize,
 ) -> Result<Running, Error> {
     let threads = knobs.threads;
@@ -215,7 +216,7 @@ pub(crate) fn start(
         Some(c) => c.begin_epoch()?,
         None => EpochCache::Off,
     };
-    let mut plan = plan(&cfg, &source, epoch);
+    let mut plan = plan(&cfg, &source, epoch, split);
     let mut buffer_rng = None;
     if cfg.sample_shuffle_buffer() > 0 && start_at > 0 {
         // The buffer's contents are not in the state: replay it over the plan's indices to

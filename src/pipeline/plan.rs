@@ -1,6 +1,23 @@
-//! An epoch's plan: the seeded order in which its sample indices are visited, this rank's
-//! share of it (sharding and its padding), and the shuffle buffer's replay for a resumed
-//! epoch.
+//! An epoch's plan: the seeded order in which its sample indices are visited (the epoch's
+//! *global order*, the same on every rank), the part of it still to deliver after an elastic
+//! resume (a [`Split`]), this rank's share of that (sharding and its padding), and the shuffle
+//! buffer's replay for a resumed epoch.
+//!
+//! ## Resuming at another world size
+//!
+//! Ranks consume their shares in lockstep (a training step takes one batch on every rank), so
+//! a state saved by any rank at a step boundary says what every rank has delivered:
+//! - random-access sources split the global order strided (rank `r` takes positions
+//!   `r, r + w, …`), so after `p` positions a rank, the first `p × w` positions of the order
+//!   are delivered: the rest is a suffix of the order, `base` positions in;
+//! - tar shards split it in contiguous blocks (rank `r` reads about `1/w` of the shards front
+//!   to back), so the rest is each block without its first `p` positions: a `prior` split.
+//!
+//! A new world size splits that rest again with the same rule. Strided splits fold into a
+//! new `base` however often the world size changes; for tar shards a second change of world
+//! size within one epoch would need a chain of splits, and is refused by name. So is a change
+//! of world size for tar shards with a sample shuffle buffer (the samples held in every rank's
+//! buffer are not in the state).
 
 use crate::config::{Config, ShardPadding};
 use crate::error::Error;
@@ -8,25 +25,37 @@ use crate::rng::{self, Rng};
 use crate::shuffle::ShuffleBuffer;
 use crate::source::{Backing, Source};
 
-/// The order in which one rank visits the source in an epoch: a seeded permutation of the
-/// whole source (or file order), of which rank `r` of `w` takes positions `r, r + w, r + 2w, …`
-/// (as PyTorch's `DistributedSampler`), padded or cut per [`ShardPadding`] so that every rank
-/// delivers the same number of batches.
-///
-/// Tar shards are read as streams, so their order is the shards in a seeded order (or in
-/// order), each shard's samples in member order; rank `r` then takes a contiguous block of that
-/// order (the same number of samples as the strided split), so that it reads about `1/w` of
-/// the shards, front to back.
-pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
+/// The part of an epoch's global order still to deliver: the order without its first `base`
+/// positions, and without the first `prior.1` positions of each of the `prior.0` contiguous
+/// blocks the rest was split in (tar shards resumed at another world size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Split {
+    pub(crate) base: u64,
+    pub(crate) prior: Option<(usize, u64)>,
+}
+
+/// Whether `source`'s epochs are split in contiguous blocks (tar shards) rather than strided.
+pub(crate) fn contiguous(source: &Source) -> bool {
+    matches!(source.backing, Backing::Tar(_))
+}
+
+/// The start of rank `rank`'s contiguous block of `len` positions split over `world` ranks.
+fn block_start(len: usize, world: usize, rank: usize) -> usize {
+    rank * (len / world) + rank.min(len % world)
+}
+
+/// The epoch's global order: a seeded permutation of the whole source (or file order) and,
+/// with an index shuffle buffer, its pass through it; for tar shards, the shards in a seeded
+/// order (or in order), each shard's samples in member order.
+fn global_order(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
     let len = source.len();
-    let n = len as u32;
     let shuffled = |n: u32| {
         rng::permutation(
             n,
             &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION),
         )
     };
-    let (order, contiguous): (Vec<u32>, bool) = match &source.backing {
+    let order = match &source.backing {
         Backing::Tar(tar) => {
             let shards: Vec<u32> = if cfg.shuffle {
                 shuffled(tar.shards.len() as u32)
@@ -38,36 +67,24 @@ pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
                 let s = &tar.shards[k as usize];
                 order.extend(s.first..s.first + s.count);
             }
-            (order, true)
+            return order;
         }
-        _ if cfg.shuffle => (shuffled(n), false),
-        _ => ((0..n).collect(), false),
+        _ if cfg.shuffle => shuffled(len as u32),
+        _ => (0..len as u32).collect(),
     };
-    let (rank, world) = (cfg.rank, cfg.world_size);
-    let share = if world <= 1 || len == 0 {
-        order
-    } else {
-        let count = share_len(cfg, len);
-        let (start, step) = if contiguous {
-            (rank * (len / world) + rank.min(len % world), 1)
-        } else {
-            (rank, world)
-        };
-        (0..count)
-            .map(|k| order[(start + k * step) % len])
-            .collect()
-    };
-    if contiguous || cfg.shuffle_buffer == 0 {
-        return share;
+    if cfg.shuffle_buffer == 0 {
+        return order;
     }
     // Random-access sources: the shuffle buffer reorders indices before decoding (tf.data's
-    // `shuffle` before `map`), so it holds no sample.
+    // `shuffle` before `map`), so it holds no sample. It runs over the global order, before
+    // the ranks take their shares, so that the shares still split one order (and a state
+    // resumes at any world size).
     let mut buffer = ShuffleBuffer::new(
         cfg.shuffle_buffer,
         Rng::for_stage(cfg.seed, epoch, rng::STAGE_SHUFFLE_BUFFER),
     );
-    let mut out = Vec::with_capacity(share.len());
-    for i in share {
+    let mut out = Vec::with_capacity(order.len());
+    for i in order {
         out.extend(buffer.push(i));
     }
     while let Some(i) = buffer.drain_one() {
@@ -76,7 +93,73 @@ pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
     out
 }
 
-/// How many samples one rank's plan holds (see [`plan`]).
+/// The positions of an order of `len` that `split` still has, as ranges.
+fn remaining(len: usize, split: Split, contiguous: bool) -> Vec<std::ops::Range<usize>> {
+    let base = usize::try_from(split.base).unwrap_or(usize::MAX).min(len);
+    let n = len - base;
+    match split.prior {
+        None => vec![base..len],
+        Some((world, position)) if world > 0 => {
+            let p = usize::try_from(position).unwrap_or(usize::MAX);
+            if contiguous {
+                (0..world)
+                    .map(|r| {
+                        let (start, end) = (block_start(n, world, r), block_start(n, world, r + 1));
+                        base + start.saturating_add(p).min(end)..base + end
+                    })
+                    .filter(|r| !r.is_empty())
+                    .collect()
+            } else {
+                vec![base + p.saturating_mul(world).min(n)..len]
+            }
+        }
+        Some(_) => vec![base..len],
+    }
+}
+
+/// The number of positions `split` still has of an epoch over a source of `len` samples.
+pub(crate) fn split_len(source: &Source, split: Split) -> usize {
+    remaining(source.len(), split, contiguous(source))
+        .iter()
+        .map(|r| r.len())
+        .sum()
+}
+
+/// The order in which one rank visits the source in an epoch: the part `split` still has of
+/// the epoch's global order, of which rank `r` of `w` takes positions `r, r + w, r + 2w, …`
+/// (as PyTorch's `DistributedSampler`), padded or cut per [`ShardPadding`] so that every rank
+/// delivers the same number of batches.
+///
+/// Tar shards are read as streams: rank `r` takes a contiguous block of the order (the same
+/// number of samples as the strided split), so that it reads about `1/w` of the shards, front
+/// to back.
+pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64, split: Split) -> Vec<u32> {
+    let order = global_order(cfg, source, epoch);
+    let contiguous = contiguous(source);
+    let ranges = remaining(order.len(), split, contiguous);
+    let rest: Vec<u32> = if ranges.len() == 1 && ranges[0] == (0..order.len()) {
+        order
+    } else {
+        ranges
+            .into_iter()
+            .flat_map(|r| order[r].iter().copied())
+            .collect()
+    };
+    let len = rest.len();
+    let (rank, world) = (cfg.rank, cfg.world_size);
+    if world <= 1 || len == 0 {
+        return rest;
+    }
+    let count = share_len(cfg, len);
+    let (start, step) = if contiguous {
+        (block_start(len, world, rank), 1)
+    } else {
+        (rank, world)
+    };
+    (0..count).map(|k| rest[(start + k * step) % len]).collect()
+}
+
+/// How many samples one rank's share of `len` positions holds (see [`plan`]).
 pub(super) fn share_len(cfg: &Config, len: usize) -> usize {
     let (rank, world) = (cfg.rank, cfg.world_size);
     // This rank's disjoint share: positions rank, rank + world, ... below len (none for a rank
@@ -100,6 +183,51 @@ pub(super) fn share_len(cfg: &Config, len: usize) -> usize {
                 own
             }
         }
+    }
+}
+
+/// The split a state saved at `position` of rank shares over `world` ranks (within `split`)
+/// leaves for ranks of another world size. `Err` says why it cannot.
+pub(crate) fn resplit(
+    cfg: &Config,
+    source: &Source,
+    split: Split,
+    world: usize,
+    position: u64,
+) -> Result<Split, String> {
+    if !contiguous(source) {
+        // Strided: the rest is always a suffix of the order.
+        let done = match split.prior {
+            None => 0,
+            Some((w, p)) => (w as u64).saturating_mul(p),
+        };
+        return Ok(Split {
+            base: split
+                .base
+                .saturating_add(done)
+                .saturating_add(position.saturating_mul(world as u64)),
+            prior: None,
+        });
+    }
+    if cfg.sample_shuffle_buffer() > 0 {
+        return Err(format!(
+            "a tar shard source with a shuffle buffer ({} samples) resumes at the world size that saved the state ({world}) only: the samples each rank's buffer held are not in the state; resume on {world} ranks, or use shuffle_buffer(0)",
+            cfg.sample_shuffle_buffer()
+        ));
+    }
+    match split.prior {
+        None => Ok(Split {
+            base: split.base,
+            prior: Some((world, position)),
+        }),
+        // One block: the rest is a suffix again.
+        Some((1, p)) => Ok(Split {
+            base: split.base.saturating_add(p),
+            prior: Some((world, position)),
+        }),
+        Some((w, _)) => Err(format!(
+            "this epoch of tar shards was already resumed from {w} ranks onto {world}: it resumes at another world size once; finish it on {world} ranks (the next epoch starts on any number)"
+        )),
     }
 }
 
@@ -137,7 +265,7 @@ pub(super) fn replay_buffer(
     Ok((pushed, held, rng))
 }
 
-/// The length of [`plan`] without building it.
+/// The length of [`plan`] for a whole epoch, without building it.
 pub(crate) fn plan_len(cfg: &Config, len: usize) -> usize {
     if cfg.world_size <= 1 || len == 0 {
         len

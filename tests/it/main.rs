@@ -7,8 +7,10 @@
 
 mod api;
 mod cache;
+mod cluster;
 mod common;
 mod decode;
+mod elastic;
 mod errors;
 mod pipeline;
 mod shard;

@@ -116,10 +116,11 @@ pub(crate) struct BenchArgs {
     /// Where --max-batches writes the loader state (one line).
     #[arg(long, requires = "max_batches")]
     pub(crate) state_out: Option<PathBuf>,
-    /// Resume from a loader state written by --state-out: finish that epoch, then run the
-    /// following epochs up to --epochs in all.
-    #[arg(long)]
-    pub(crate) resume_from: Option<PathBuf>,
+    /// Resume from a loader state written by --state-out, by any rank, at any --world-size:
+    /// finish that epoch, then run the following epochs up to --epochs in all. Give several
+    /// (the states every rank saved) to check that they were saved at the same step.
+    #[arg(long, num_args = 1..)]
+    pub(crate) resume_from: Vec<PathBuf>,
     /// Deliver batches to this device: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub(crate) device: String,

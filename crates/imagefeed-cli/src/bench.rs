@@ -150,10 +150,14 @@ pub(crate) fn sample_settings(
 
 pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     // Outputs never replace an input: `--indices-out files.txt` would truncate the list.
-    let inputs = [Some(&a.source), a.resume_from.as_ref(), a.cache.as_ref()];
+    let inputs: Vec<&std::path::PathBuf> = [Some(&a.source), a.cache.as_ref()]
+        .into_iter()
+        .flatten()
+        .chain(&a.resume_from)
+        .collect();
     let outputs = [a.indices_out.as_ref(), a.state_out.as_ref()];
     for out in outputs.into_iter().flatten() {
-        if let Some(input) = inputs.into_iter().flatten().find(|i| same_file(out, i)) {
+        if let Some(input) = inputs.iter().find(|i| same_file(out, i)) {
             return Err(format!(
                 "{}: is also an input ({}); choose another output file",
                 out.display(),
@@ -248,13 +252,17 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             imagefeed::fuzzing::simd_kernels()
         );
     }
-    let resume: Option<LoaderState> = match &a.resume_from {
-        Some(p) => {
-            // The state records the source's and the ordering settings' fingerprints: the
-            // loader refuses it if either differs.
-            Some(read_state(p)?)
-        }
-        None => None,
+    // The state records the source's and the ordering settings' fingerprints: the loader
+    // refuses it if either differs. Several states must describe one step.
+    let resume: Option<LoaderState> = if a.resume_from.is_empty() {
+        None
+    } else {
+        let states = a
+            .resume_from
+            .iter()
+            .map(|p| read_state(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        Some(LoaderState::agree(&states)?)
     };
     let mut indices_out = match &a.indices_out {
         Some(p) => Some(std::io::BufWriter::new(
