@@ -146,3 +146,8 @@ const _: () = {
     send::<Batch>();
     send::<LoaderState>();
 };
+
+// README.md's Rust examples compile as doctests (`cargo test --doc`), so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

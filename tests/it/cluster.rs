@@ -38,7 +38,15 @@ fn bench(list: &Path, env: &[(&str, String)], args: &[&str]) -> Command {
     let mut c = Command::new(imagefeed_bin());
     c.arg("bench")
         .arg(list)
-        .args(["--json", "--batch-size", "4", "--threads", "1", "--seed", "5"])
+        .args([
+            "--json",
+            "--batch-size",
+            "4",
+            "--threads",
+            "1",
+            "--seed",
+            "5",
+        ])
         .args(args)
         .stdin(Stdio::null());
     for v in LAUNCH_VARS {
@@ -74,7 +82,10 @@ fn reports(child: Child) -> Vec<serde_json::Value> {
 }
 
 fn torchrun(rank: usize, world: usize) -> Vec<(&'static str, String)> {
-    vec![("RANK", rank.to_string()), ("WORLD_SIZE", world.to_string())]
+    vec![
+        ("RANK", rank.to_string()),
+        ("WORLD_SIZE", world.to_string()),
+    ]
 }
 
 #[test]
@@ -94,7 +105,11 @@ fn each_launchers_variables_make_the_command_line_rank_1_of_2() {
     };
     assert_eq!(expected.len(), 32);
     for (name, vars, says) in [
-        ("torchrun", &[("RANK", "1"), ("WORLD_SIZE", "2")][..], "torchrun"),
+        (
+            "torchrun",
+            &[("RANK", "1"), ("WORLD_SIZE", "2")][..],
+            "torchrun",
+        ),
         (
             "srun",
             &[
@@ -221,7 +236,10 @@ fn the_ranks_of_a_node_fill_one_cache_in_their_first_epoch_and_read_it_after() {
             .collect();
         for (r, child) in start("2", "b").into_iter().enumerate() {
             for e in reports(child) {
-                assert!(e["from_cache"] == true && e["cache_hits"] == share(r, world), "{e}");
+                assert!(
+                    e["from_cache"] == true && e["cache_hits"] == share(r, world),
+                    "{e}"
+                );
             }
         }
         disjoint_and_complete(&again, 2, 64);
@@ -243,7 +261,10 @@ fn one_sharded_process_alone_fills_the_cache_over_its_epochs() {
     let r = reports(child);
     // Each epoch reads what earlier epochs wrote: hits grow from none.
     assert_eq!(r[0]["cache_hits"], 0);
-    let hits: Vec<u64> = r.iter().map(|e| e["cache_hits"].as_u64().unwrap()).collect();
+    let hits: Vec<u64> = r
+        .iter()
+        .map(|e| e["cache_hits"].as_u64().unwrap())
+        .collect();
     assert!(hits[1] > 0 && hits[1] < 32, "{hits:?}");
     // Twenty seeded random halves cover all 64 samples.
     assert!(
@@ -259,7 +280,9 @@ fn a_rank_killed_in_the_first_epoch_leaves_the_others_correct_and_the_cache_comp
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("c.cache");
     let partial = dir.path().join("c.cache.partial");
-    let files: Vec<PathBuf> = (0..2).map(|r| dir.path().join(format!("r{r}.txt"))).collect();
+    let files: Vec<PathBuf> = (0..2)
+        .map(|r| dir.path().join(format!("r{r}.txt")))
+        .collect();
     let spawn = |r: usize, out: &Path| {
         bench(&list, &torchrun(r, 2), &["--epochs", "1"])
             .arg("--cache")
@@ -313,13 +336,18 @@ fn a_rank_killed_in_the_first_epoch_leaves_the_others_correct_and_the_cache_comp
     };
     assert_eq!(read_indices(&files[0]), plain);
     // Restarted, the two ranks complete the cache in their first epoch, reading what is there.
-    let again: Vec<PathBuf> = (0..2).map(|r| dir.path().join(format!("again{r}.txt"))).collect();
+    let again: Vec<PathBuf> = (0..2)
+        .map(|r| dir.path().join(format!("again{r}.txt")))
+        .collect();
     let children: Vec<Child> = (0..2).map(|r| spawn(r, &again[r])).collect();
     let hits: u64 = children
         .into_iter()
         .map(|c| reports(c)[0]["cache_hits"].as_u64().unwrap())
         .sum();
-    assert!(hits >= 32, "the records written before the kill were not read: {hits}");
+    assert!(
+        hits >= 32,
+        "the records written before the kill were not read: {hits}"
+    );
     disjoint_and_complete(&again, 1, 64);
     assert_complete(&list, &cache);
     // Its samples are the uncached ones, bit for bit.
