@@ -27,9 +27,10 @@ use crate::source::Source;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemoryBudget {
-    /// The source index (paths and labels), the epoch's permutation, and with a strict
-    /// cropping transform the digests of the files read to their end (4 bytes a sample; see
-    /// [`accept_jpeg_warnings`](crate::LoaderBuilder::accept_jpeg_warnings)).
+    /// The source index (paths and labels), the epoch's order (and a sharded rank's share of
+    /// it), with a strict cropping transform the digests of the files read to their end (4 bytes
+    /// a sample; see [`accept_jpeg_warnings`](crate::LoaderBuilder::accept_jpeg_warnings)), and
+    /// with a cache that fills, a bit a sample of which records are present.
     pub index_bytes: u64,
     /// `u8` samples in flight between decode and batcher: the reorder window and one batch's
     /// samples waiting to be normalized.
@@ -137,11 +138,26 @@ impl MemoryBudget {
         MemoryBudget {
             // The source's index, the epoch's permutation, and with a strict cropping
             // transform the digests of the files read to their end (decode/verified.rs).
-            index_bytes: (source.heap_bytes() + n * 4).saturating_add(if cfg.verifies_crops() {
-                crate::decode::VerifiedFiles::bytes(n)
-            } else {
-                0
-            }),
+            index_bytes: (source.heap_bytes() + n * 4)
+                .saturating_add(if cfg.verifies_crops() {
+                    crate::decode::VerifiedFiles::bytes(n)
+                } else {
+                    0
+                })
+                // A rank's plan is its share, taken from the epoch's whole order while both
+                // are held.
+                .saturating_add(if cfg.world_size > 1 {
+                    crate::pipeline::plan_len(cfg, source.len()) as u64 * 4
+                } else {
+                    0
+                })
+                // A cache that fills: a bit a record of what is present, and the presence
+                // map read 64 KiB at a time.
+                .saturating_add(if cfg.cache.is_some() {
+                    n.div_ceil(8) + (1 << 16)
+                } else {
+                    0
+                }),
             in_flight_bytes: ((cfg.reorder_window() as u64)
                 .saturating_add(cfg.batch_size as u64)
                 .saturating_add(2))

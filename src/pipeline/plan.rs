@@ -98,7 +98,7 @@ fn remaining(len: usize, split: Split, contiguous: bool) -> Vec<std::ops::Range<
     let base = usize::try_from(split.base).unwrap_or(usize::MAX).min(len);
     let n = len - base;
     match split.prior {
-        None => vec![base..len],
+        None => std::iter::once(base..len).collect(),
         Some((world, position)) if world > 0 => {
             let p = usize::try_from(position).unwrap_or(usize::MAX);
             if contiguous {
@@ -110,10 +110,10 @@ fn remaining(len: usize, split: Split, contiguous: bool) -> Vec<std::ops::Range<
                     .filter(|r| !r.is_empty())
                     .collect()
             } else {
-                vec![base + p.saturating_mul(world).min(n)..len]
+                std::iter::once(base + p.saturating_mul(world).min(n)..len).collect()
             }
         }
-        Some(_) => vec![base..len],
+        Some(_) => std::iter::once(base..len).collect(),
     }
 }
 
@@ -137,18 +137,30 @@ pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64, split: Split) -> V
     let order = global_order(cfg, source, epoch);
     let contiguous = contiguous(source);
     let ranges = remaining(order.len(), split, contiguous);
-    let rest: Vec<u32> = if ranges.len() == 1 && ranges[0] == (0..order.len()) {
-        order
-    } else {
-        ranges
-            .into_iter()
-            .flat_map(|r| order[r].iter().copied())
-            .collect()
-    };
-    let len = rest.len();
     let (rank, world) = (cfg.rank, cfg.world_size);
-    if world <= 1 || len == 0 {
-        return rest;
+    if world <= 1 && ranges.len() == 1 && ranges[0] == (0..order.len()) {
+        return order;
+    }
+    // Position `k` of the rest, through the ranges' running starts (a few ranges at most),
+    // so that the rest is never copied out of the order.
+    let starts: Vec<usize> = ranges
+        .iter()
+        .scan(0, |at, r| {
+            let start = *at;
+            *at += r.len();
+            Some(start)
+        })
+        .collect();
+    let len: usize = ranges.iter().map(|r| r.len()).sum();
+    let at = |k: usize| {
+        let j = starts.partition_point(|&s| s <= k) - 1;
+        order[ranges[j].start + (k - starts[j])]
+    };
+    if len == 0 {
+        return Vec::new();
+    }
+    if world <= 1 {
+        return (0..len).map(at).collect();
     }
     let count = share_len(cfg, len);
     let (start, step) = if contiguous {
@@ -156,7 +168,7 @@ pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64, split: Split) -> V
     } else {
         (rank, world)
     };
-    (0..count).map(|k| rest[(start + k * step) % len]).collect()
+    (0..count).map(|k| at((start + k * step) % len)).collect()
 }
 
 /// How many samples one rank's share of `len` positions holds (see [`plan`]).
