@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 4, on one NVIDIA GPU, in under 5 minutes:
+# The GPU check, on one NVIDIA GPU, in under 5 minutes:
 #   1. builds imagefeed with --features cuda --release,
 #   2. `imagefeed gpu-info` (fails clearly without a driver or a GPU),
 #   3. the GPU tests (tests/cuda.rs): device batches against the host loader's, within rounding,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak run (issue 6): a corpus with 2% broken files, 20 epochs with --on-error skip. Prints the
+# Soak run: a corpus with 2% broken files, 20 epochs with --on-error skip. Prints the
 # peak RSS and skipped count of every epoch: after the buffer pools have filled (first half) the
 # peak must not grow, and the skipped count must not change.
 #

@@ -245,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_37_steady_and_worst_case() {
+    fn steady_and_worst_case() {
         let b = LoaderBuilder::new(source()).memory_budget();
         assert_eq!(b.total(), b.worst_case());
         assert_eq!(
@@ -274,7 +274,7 @@ mod tests {
 
     #[cfg(all(feature = "corpus", feature = "turbojpeg"))]
     #[test]
-    fn issue_37_a_source_of_large_photos_raises_the_decode_share() {
+    fn a_source_of_large_photos_raises_the_decode_share() {
         let dir = tempfile::tempdir().unwrap();
         let corpus = crate::corpus::generate_sized(dir.path(), 4, 1, Some((3000, 3000))).unwrap();
         let photos = Source::from_list_file(&corpus.list).unwrap();

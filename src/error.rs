@@ -446,7 +446,7 @@ mod tests {
         assert!(!e.is_data_error());
     }
 
-    /// Every cause prints once when the chain is walked (issue 34: anyhow printed each twice).
+    /// Every cause prints once when the chain is walked (anyhow printed each twice when a cause also put its source in its text).
     #[test]
     fn display_does_not_repeat_the_source() {
         #[derive(Debug)]

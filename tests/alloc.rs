@@ -1,4 +1,4 @@
-//! Heap allocations on the hot path (issue 5): in steady state the loader allocates nothing per
+//! Heap allocations on the hot path: in steady state the loader allocates nothing per
 //! image or per batch on the Rust heap. A counting global allocator counts allocations during
 //! whole epochs of two sizes; the difference divided by the extra images is the per-image
 //! cost. (libjpeg-turbo's own C allocations are not seen by a Rust allocator.)
@@ -90,7 +90,7 @@ fn resizer_allocations() -> u64 {
 }
 
 #[test]
-fn issue_5_no_heap_allocation_per_image_in_steady_state() {
+fn no_heap_allocation_per_image_in_steady_state() {
     // One test, so that no other test allocates while this one counts.
     where_allocations_happen();
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! The `cuda` feature (issue 4). Runs everywhere the feature is built: without a driver or a GPU
+//! The `cuda` feature. Runs everywhere the feature is built: without a driver or a GPU
 //! the GPU tests print why and return, and the no-GPU tests check that `build()` fails with a
 //! clear `ErrorKind::Device` (never a panic) and that `fallback_to_host(true)` delivers host
 //! batches. On a GPU machine (`scripts/gpu-check.sh`) they check that device batches match the
@@ -60,7 +60,7 @@ fn builder(source: Source, device: Device) -> LoaderBuilder {
 }
 
 #[test]
-fn issue_4_an_unusable_gpu_is_a_device_error_and_the_fallback_is_the_host() {
+fn an_unusable_gpu_is_a_device_error_and_the_fallback_is_the_host() {
     // Without a GPU ask for device 0; with one, for a device that does not exist.
     let ordinal = if no_gpu().is_some() { 0 } else { 1000 };
     let e = builder(classes(), Device::Cuda(ordinal))
@@ -148,7 +148,7 @@ fn compare(host: &Loader, gpu: &Loader, what: &str) {
 }
 
 #[test]
-fn issue_4_gpu_batches_match_the_host_batches() {
+fn gpu_batches_match_the_host_batches() {
     need_gpu!();
     for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::U8] {
         for layout in [Layout::Nhwc, Layout::Nchw] {
@@ -159,7 +159,7 @@ fn issue_4_gpu_batches_match_the_host_batches() {
 }
 
 #[test]
-fn issue_4_gpu_batches_normalized_on_the_host_match_too() {
+fn gpu_batches_normalized_on_the_host_match_too() {
     need_gpu!();
     for dtype in [Dtype::F32, Dtype::Bf16] {
         let (host, gpu) =
@@ -173,7 +173,7 @@ fn issue_4_gpu_batches_normalized_on_the_host_match_too() {
 }
 
 #[test]
-fn issue_4_gpu_batches_are_device_only_and_wait_on_a_consumer_stream() {
+fn gpu_batches_are_device_only_and_wait_on_a_consumer_stream() {
     need_gpu!();
     let loader = builder(classes(), Device::Cuda(0)).build().unwrap();
     for b in loader.epoch(0) {
@@ -195,7 +195,7 @@ fn issue_4_gpu_batches_are_device_only_and_wait_on_a_consumer_stream() {
 }
 
 #[test]
-fn issue_4_gpu_slots_are_reused_bounded_and_freed_by_a_drop() {
+fn gpu_slots_are_reused_bounded_and_freed_by_a_drop() {
     need_gpu!();
     let loader = builder(repeated(320), Device::Cuda(0))
         .batch_size(4)
@@ -237,7 +237,7 @@ fn issue_4_gpu_slots_are_reused_bounded_and_freed_by_a_drop() {
 }
 
 #[test]
-fn issue_4_gpu_memory_limit_is_a_hard_cap() {
+fn gpu_memory_limit_is_a_hard_cap() {
     need_gpu!();
     let e = builder(classes(), Device::Cuda(0))
         .gpu_memory_limit(1000)

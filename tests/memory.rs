@@ -1,4 +1,4 @@
-//! The steady memory budget holds (issue 37): over several epochs at default settings, the
+//! The steady memory budget holds: over several epochs at default settings, the
 //! process's peak RSS above what it was before the loader existed stays within
 //! `MemoryBudget::steady()`, and later epochs peak where the first did. A binary of its own, so
 //! that nothing else runs in the process while it measures (Linux only: it reads
@@ -25,7 +25,7 @@ fn tune_allocator() {
 fn tune_allocator() {}
 
 #[test]
-fn issue_37_peak_rss_stays_within_the_steady_budget_and_flat_over_epochs() {
+fn peak_rss_stays_within_the_steady_budget_and_flat_over_epochs() {
     tune_allocator();
     let dir = tempfile::tempdir().unwrap();
     let corpus = imagefeed::corpus::generate(dir.path(), 300, 3).unwrap();

@@ -1,4 +1,4 @@
-//! Object storage against a real S3 protocol server on loopback (issue 7): `moto` in server
+//! Object storage against a real S3 protocol server on loopback: `moto` in server
 //! mode (`pip install 'moto[server]'`), started by these tests, never a mock of the client.
 //!
 //! A small TCP proxy sits between the client and the server. It adds `Connection: close` to
@@ -401,7 +401,7 @@ fn pixels(batches: &[Batch]) -> Vec<u8> {
 }
 
 #[test]
-fn issue_7_s3_lists_class_folders_and_reads_the_same_pixels_as_local_files() {
+fn s3_lists_class_folders_and_reads_the_same_pixels_as_local_files() {
     let Some((_s, _guard)) = server() else { return };
     let remote = Source::from_url_with("s3://imagefeed/classes", quick()).unwrap();
     let local = Source::from_dir(classes_dir()).unwrap();
@@ -488,7 +488,7 @@ fn s3_a_cache_over_a_list_file_sees_an_object_replaced_under_its_key() {
 }
 
 #[test]
-fn issue_7_s3_tar_shards_read_as_streams_match_local_shards() {
+fn s3_tar_shards_read_as_streams_match_local_shards() {
     let Some((_s, _guard)) = server() else { return };
     let remote = Source::open("s3://imagefeed/shards").unwrap();
     assert_eq!(remote.kind(), SourceKind::TarShards);
@@ -527,7 +527,7 @@ fn issue_7_s3_tar_shards_read_as_streams_match_local_shards() {
 }
 
 #[test]
-fn issue_7_s3_tar_sidecar_indexes_spare_reading_the_shards_at_open() {
+fn s3_tar_sidecar_indexes_spare_reading_the_shards_at_open() {
     let Some((_s, _guard)) = server() else { return };
     let local = Source::from_dir(classes_dir()).unwrap();
     // The sidecar alone indexes the shards: their bytes are never read at open.
@@ -591,7 +591,7 @@ fn local_len() -> usize {
 }
 
 #[test]
-fn issue_7_s3_list_file_and_a_missing_object_named_in_the_error() {
+fn s3_list_file_and_a_missing_object_named_in_the_error() {
     let Some((_s, _guard)) = server() else { return };
     let source = Source::from_url_with("s3://imagefeed/classes/files.txt", quick()).unwrap();
     assert_eq!(source.len(), local_len() + 1);
@@ -636,7 +636,7 @@ fn issue_7_s3_list_file_and_a_missing_object_named_in_the_error() {
 }
 
 #[test]
-fn issue_7_s3_transient_errors_are_retried() {
+fn s3_transient_errors_are_retried() {
     let Some((s, _guard)) = server() else { return };
     let source = Source::from_url_with("s3://imagefeed/classes", quick()).unwrap();
     let before = s.faults.requests.load(Ordering::SeqCst);
@@ -653,7 +653,7 @@ fn issue_7_s3_transient_errors_are_retried() {
 }
 
 #[test]
-fn issue_7_s3_denied_access_is_a_clear_error() {
+fn s3_denied_access_is_a_clear_error() {
     let Some((s, _guard)) = server() else { return };
     s.faults.deny.store(true, Ordering::SeqCst);
     let e = Source::from_url_with("s3://imagefeed/classes", quick()).unwrap_err();
@@ -668,7 +668,7 @@ fn issue_7_s3_denied_access_is_a_clear_error() {
 }
 
 #[test]
-fn issue_7_s3_server_that_stops_ends_the_epoch_with_an_error_not_a_hang() {
+fn s3_server_that_stops_ends_the_epoch_with_an_error_not_a_hang() {
     let Some((s, _guard)) = server() else { return };
     // 66 samples: more than the pipeline fetches ahead, so the stop is felt. Even when bad
     // samples are skipped, a store that is gone ends the epoch (every next sample would fail).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training transforms side by side on one corpus, in one run (issue 35): imagefeed's
+# Training transforms side by side on one corpus, in one run: imagefeed's
 # random-resized-crop + flip (crop decoding), imagefeed's whole-image resize (`--transform
 # stretch`), torchvision's RandomResizedCrop(160) + RandomHorizontalFlip in a DataLoader
 # (torch_pipeline.py, THREADS workers) and, when it runs, DALI's CPU pipeline with

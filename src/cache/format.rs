@@ -543,7 +543,7 @@ mod tests {
     /// Found by `fuzz/` (target `cache`): a header with a valid checksum whose height × width
     /// × 3 overflows panicked in `Header::decode` (debug builds) instead of being refused.
     #[test]
-    fn issue_6_fuzz_cache_header_shape_overflow() {
+    fn fuzz_cache_header_shape_overflow() {
         for (height, width) in [
             (u32::MAX, u32::MAX),
             (0xffff_effe, u32::MAX),

@@ -650,7 +650,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn issue_6_fifo_and_device_are_errors_not_hangs() {
+    fn fifo_and_device_are_errors_not_hangs() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("pipe.jpg");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();

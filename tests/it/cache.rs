@@ -1,4 +1,4 @@
-//! The on-disk cache (issue 3): bit-identical batches, staleness, corruption, crash safety,
+//! The on-disk cache: bit-identical batches, staleness, corruption, crash safety,
 //! partial epochs, two processes, free space, and skipped samples replayed from the cache.
 
 use std::path::{Path, PathBuf};
@@ -39,7 +39,7 @@ fn same_batches(a: &[Batch], b: &[Batch]) {
 }
 
 #[test]
-fn issue_3_cached_batches_are_bit_identical_to_uncached() {
+fn cached_batches_are_bit_identical_to_uncached() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("train.cache");
     for dtype in [Dtype::F32, Dtype::U8] {
@@ -106,7 +106,7 @@ fn wrote(
 }
 
 #[test]
-fn issue_3_stale_caches_are_rebuilt() {
+fn stale_caches_are_rebuilt() {
     let (dir, list) = private_copy(12);
     let cache = dir.path().join("c.cache");
     assert_eq!(wrote(&list, &cache, |b| b), (true, false));
@@ -158,7 +158,7 @@ fn issue_3_stale_caches_are_rebuilt() {
 }
 
 #[test]
-fn issue_5_a_cache_from_older_resize_code_is_rebuilt() {
+fn a_cache_from_older_resize_code_is_rebuilt() {
     // Caches record the version of the resize code; one whose samples an older resizer made
     // (version byte 0, as before it was recorded) is stale, not silently mixed in.
     let (dir, list) = private_copy(8);
@@ -178,7 +178,7 @@ fn issue_5_a_cache_from_older_resize_code_is_rebuilt() {
 }
 
 #[test]
-fn issue_3_truncated_or_incomplete_cache_is_not_used() {
+fn truncated_or_incomplete_cache_is_not_used() {
     let (dir, list) = private_copy(10);
     let cache = dir.path().join("c.cache");
     assert_eq!(wrote(&list, &cache, |b| b), (true, false));
@@ -245,7 +245,7 @@ fn a_cache_truncated_between_epochs_is_noticed_not_a_crash() {
 }
 
 #[test]
-fn issue_3_the_cache_never_replaces_what_is_not_a_cache() {
+fn the_cache_never_replaces_what_is_not_a_cache() {
     // Writing a cache renames PATH.partial over PATH. `--cache` pointed at a file the user
     // keeps (or at /dev/zero, as root) used to replace it.
     let (dir, list) = private_copy(6);
@@ -299,7 +299,7 @@ fn issue_3_the_cache_never_replaces_what_is_not_a_cache() {
 }
 
 #[test]
-fn issue_3_flipped_byte_in_a_record_is_an_error_naming_the_record() {
+fn flipped_byte_in_a_record_is_an_error_naming_the_record() {
     let (dir, list) = private_copy(10);
     let cache = dir.path().join("c.cache");
     assert_eq!(wrote(&list, &cache, |b| b), (true, false));
@@ -354,7 +354,7 @@ fn issue_3_flipped_byte_in_a_record_is_an_error_naming_the_record() {
 }
 
 #[test]
-fn issue_3_partial_first_epoch_never_counts_as_complete() {
+fn partial_first_epoch_never_counts_as_complete() {
     let (dir, list) = private_copy(24);
     let cache = dir.path().join("c.cache");
     let loader = builder(Source::from_list_file(&list).unwrap())
@@ -377,7 +377,7 @@ fn issue_3_partial_first_epoch_never_counts_as_complete() {
 }
 
 #[test]
-fn issue_3_skipped_samples_are_replayed_from_the_cache() {
+fn skipped_samples_are_replayed_from_the_cache() {
     let (dir, list) = private_copy(16);
     std::fs::write(dir.path().join("img_5.jpg"), b"<html>404</html>").unwrap();
     let jpeg = std::fs::read(dir.path().join("img_9.jpg")).unwrap();
@@ -420,7 +420,7 @@ fn issue_3_skipped_samples_are_replayed_from_the_cache() {
 }
 
 #[test]
-fn issue_3_not_enough_space_is_a_clear_error() {
+fn not_enough_space_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let err = builder(source(10))
         .cache(dir.path().join("c.cache"))
@@ -469,7 +469,7 @@ fn bench_cmd(list: &Path, cache: &Path) -> Command {
 }
 
 #[test]
-fn issue_3_sigkill_while_writing_leaves_no_usable_cache() {
+fn sigkill_while_writing_leaves_no_usable_cache() {
     let (dir, list) = private_copy(64);
     let cache = dir.path().join("c.cache");
     let partial = dir.path().join("c.cache.partial");
@@ -505,7 +505,7 @@ fn issue_3_sigkill_while_writing_leaves_no_usable_cache() {
 }
 
 #[test]
-fn issue_3_two_processes_share_one_cache_path() {
+fn two_processes_share_one_cache_path() {
     let (dir, list) = private_copy(64);
     let cache = dir.path().join("c.cache");
     let children: Vec<_> = (0..2)

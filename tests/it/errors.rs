@@ -1,4 +1,4 @@
-//! Errors (issues 2 and 6): every broken file is an error naming it (or a skip that never
+//! Errors: every broken file is an error naming it (or a skip that never
 //! shifts labels), never a panic or a hang; bad lists name their line; settings that cannot
 //! work fail in `build` naming the setting.
 
@@ -54,7 +54,7 @@ fn contains_ci(haystack: &str, needle: &str) -> bool {
 }
 
 #[test]
-fn issue_2_every_corrupt_testdata_file_is_an_error_naming_it() {
+fn every_corrupt_testdata_file_is_an_error_naming_it() {
     // What each message must say, besides the path.
     let expected = [
         ("bitflip.jpg", ""),
@@ -100,7 +100,7 @@ fn issue_2_every_corrupt_testdata_file_is_an_error_naming_it() {
                 "{decoder:?}: `{word}` missing: {e}"
             );
             // The decoder's message is part of the text and stays in the kind; `source()`
-            // holds only what the text does not say, so that no cause prints twice (issue 34).
+            // holds only what the text does not say, so that no cause prints twice.
             assert!(
                 matches!(e.kind(), ErrorKind::Decode { source, .. }
                     if e.to_string().contains(&source.to_string())),
@@ -111,7 +111,7 @@ fn issue_2_every_corrupt_testdata_file_is_an_error_naming_it() {
 }
 
 #[test]
-fn issue_2_every_truncated_prefix_is_an_error_naming_the_file() {
+fn every_truncated_prefix_is_an_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     for name in [
         "baseline_420.jpg",
@@ -137,7 +137,7 @@ fn issue_2_every_truncated_prefix_is_an_error_naming_the_file() {
 }
 
 #[test]
-fn issue_2_bit_flips_decode_or_name_the_file() {
+fn bit_flips_decode_or_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = SplitMix(0x00B1_7F11_9500);
     let (mut ok, mut err) = (0, 0);
@@ -274,7 +274,7 @@ fn set_png_size(png: &mut [u8], w: u32, h: u32) {
 }
 
 #[test]
-fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
+fn headers_claiming_65000x65000_are_refused_before_decoding() {
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     for name in ["odd_7x5.jpg", "progressive.jpg", "gray.jpg"] {
@@ -318,7 +318,7 @@ fn issue_6_headers_claiming_65000x65000_are_refused_before_decoding() {
 }
 
 #[test]
-fn issue_6_missing_directory_empty_and_unreadable_files() {
+fn missing_directory_empty_and_unreadable_files() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.jpg");
     let e = expect_file_error(&missing, |b| b);
@@ -375,7 +375,7 @@ fn issue_6_missing_directory_empty_and_unreadable_files() {
 }
 
 #[test]
-fn issue_6_other_formats_named_jpg() {
+fn other_formats_named_jpg() {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, data: &[u8]| {
         let p = dir.path().join(name);
@@ -471,7 +471,7 @@ fn mixed_list(corpus: &IdCorpus) -> (PathBuf, Vec<Option<usize>>, Vec<PathBuf>) 
 }
 
 #[test]
-fn issue_2_skip_never_shifts_labels() {
+fn skip_never_shifts_labels() {
     let corpus = IdCorpus::new(40);
     let (list, ids, broken) = mixed_list(&corpus);
     let source = Source::from_list_file(&list).unwrap();
@@ -537,7 +537,7 @@ fn issue_2_skip_never_shifts_labels() {
 }
 
 #[test]
-fn issue_2_skip_budget_gives_too_many_failures() {
+fn skip_budget_gives_too_many_failures() {
     let corpus = IdCorpus::new(40);
     let (list, ids, broken) = mixed_list(&corpus);
     let source = Source::from_list_file(&list).unwrap();
@@ -584,7 +584,7 @@ fn issue_2_skip_budget_gives_too_many_failures() {
 }
 
 #[test]
-fn issue_2_fail_stops_at_the_first_broken_file_in_order() {
+fn fail_stops_at_the_first_broken_file_in_order() {
     let corpus = IdCorpus::new(40);
     let (list, _, broken) = mixed_list(&corpus);
     let source = Source::from_list_file(&list).unwrap();
@@ -682,7 +682,7 @@ fn a_list_with_bare_cr_line_ends_or_of_binary_data_says_so() {
 }
 
 #[test]
-fn issue_2_malformed_list_lines_name_the_line() {
+fn malformed_list_lines_name_the_line() {
     expect_list_line(
         b"a.jpg 1\nb.jpg 2\nonly_a_path.jpg\n",
         3,
@@ -711,7 +711,7 @@ fn issue_2_malformed_list_lines_name_the_line() {
 }
 
 #[test]
-fn issue_2_empty_lists_are_errors_not_hangs() {
+fn empty_lists_are_errors_not_hangs() {
     for content in [
         &b""[..],
         b"\n\n",
@@ -741,7 +741,7 @@ fn issue_2_empty_lists_are_errors_not_hangs() {
 
 #[cfg(unix)]
 #[test]
-fn issue_2_non_utf8_paths_load() {
+fn non_utf8_paths_load() {
     use std::os::unix::ffi::OsStrExt;
     let dir = tempfile::tempdir().unwrap();
     let name = std::ffi::OsStr::from_bytes(b"caf\xE9 \xFF.jpg");
@@ -772,7 +772,7 @@ fn issue_2_non_utf8_paths_load() {
 // ---- settings ----
 
 #[test]
-fn issue_6_max_pixels_refuses_a_small_image() {
+fn max_pixels_refuses_a_small_image() {
     // baseline_420.jpg is 400x300 = 120,000 pixels; rgb.png is 300x200 = 60,000.
     let jpeg = common::testdata("valid/baseline_420.jpg");
     for decoder in [JpegDecoder::Auto, JpegDecoder::Zune] {
@@ -800,7 +800,7 @@ fn issue_6_max_pixels_refuses_a_small_image() {
 }
 
 #[test]
-fn issue_6_host_memory_limit_names_what_to_lower() {
+fn host_memory_limit_names_what_to_lower() {
     let source = Source::from_entries([("a.jpg", 0)]).unwrap();
     let config_error = |b: LoaderBuilder| -> (&'static str, String) {
         let e = b.build().expect_err("over the memory limit");
@@ -847,7 +847,7 @@ fn issue_6_host_memory_limit_names_what_to_lower() {
 }
 
 #[test]
-fn issue_6_cuda_device_without_the_feature_or_a_gpu() {
+fn cuda_device_without_the_feature_or_a_gpu() {
     let source = Source::from_entries([(common::testdata("valid/odd_7x5.jpg"), 0)]).unwrap();
     let built = Loader::builder(source.clone())
         .device(Device::Cuda(0))
@@ -925,7 +925,7 @@ fn invalid_settings_name_the_setting() {
 }
 
 #[test]
-fn issue_2_a_jpeg_without_its_tables_never_borrows_the_previous_images() {
+fn a_jpeg_without_its_tables_never_borrows_the_previous_images() {
     // libjpeg keeps tables between images on one decompressor (for abbreviated streams):
     // a file with no quantization tables decoded after others must still be an error, and one
     // with no Huffman tables (motion-JPEG style: the standard tables apply) must come out the
@@ -1029,11 +1029,11 @@ fn with_png_chunk(png: &[u8], kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn issue_6_a_png_with_a_huge_icc_profile_costs_no_memory() {
+fn a_png_with_a_huge_icc_profile_costs_no_memory() {
     // A 1.7 MB file whose ICC profile inflates to 256 MiB: the png crate inflated it whole while
     // reading the header (peak RSS +256 MB and more). Bounded, the profile is dropped and the
     // image decodes.
-    if !common::runs_in_child("errors::issue_6_a_png_with_a_huge_icc_profile_costs_no_memory") {
+    if !common::runs_in_child("errors::a_png_with_a_huge_icc_profile_costs_no_memory") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1268,7 +1268,7 @@ fn cli_outputs_replace_only_what_they_wrote() {
 }
 
 #[test]
-fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
+fn settings_that_cannot_fit_in_this_machine_fail_in_build() {
     // Without a host_memory_limit of the user's, the machine's memory (or the container's
     // cgroup limit) is the limit: `--threads 10000` or 8192x8192 batches fail in build,
     // naming what to lower, instead of in the out-of-memory killer.
@@ -1311,7 +1311,7 @@ fn issue_6_settings_that_cannot_fit_in_this_machine_fail_in_build() {
 
 #[cfg(unix)]
 #[test]
-fn issue_6_links_back_up_a_class_folder_tree_do_not_hang() {
+fn links_back_up_a_class_folder_tree_do_not_hang() {
     // `cat/up -> ..` and `dog/root -> <source folder>`: the walk followed both forever (each
     // level doubling the work). Links back to a folder being walked are skipped; a link to
     // a folder outside the source counts, once.
@@ -1458,7 +1458,7 @@ fn a_link_to_an_image_of_another_class_is_an_error_not_a_second_label() {
 
 #[cfg(unix)]
 #[test]
-fn issue_6_a_fifo_or_device_as_the_list_is_an_error_not_a_hang() {
+fn a_fifo_or_device_as_the_list_is_an_error_not_a_hang() {
     // Reading a FIFO blocks until a writer comes; /dev/zero never ends (and the list was read
     // whole into memory).
     let dir = tempfile::tempdir().unwrap();
@@ -1514,7 +1514,7 @@ fn a_fifo_listed_as_a_sample_neither_hangs_build_nor_the_epoch() {
 
 #[cfg(unix)]
 #[test]
-fn issue_6_the_floor_skips_devices_instead_of_reading_them_forever() {
+fn the_floor_skips_devices_instead_of_reading_them_forever() {
     // `imagefeed floor` read each listed file whole: /dev/zero never ends.
     let good = common::testdata("photos/photo_0.jpg");
     let source = Source::from_entries([(PathBuf::from("/dev/zero"), 0), (good, 1)]).unwrap();
@@ -1526,14 +1526,14 @@ fn issue_6_the_floor_skips_devices_instead_of_reading_them_forever() {
 
 #[cfg(all(unix, feature = "turbojpeg"))]
 #[test]
-fn issue_6_large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels() {
+fn large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels() {
     // Large decodes (progressive JPEGs keep every coefficient: 6 bytes a pixel at 4:4:4) run
     // side by side only while together they fit in what one image at `max_pixels` holds. Two
     // 16-megapixel progressive files with `max_pixels` at 18 M must take turns: peak RSS grows
     // by one image's ~96 MB, not two. The parent writes the files (encoding them costs more
     // memory than decoding), the child, which finds them by the parent's PID, measures.
     const NAME: &str =
-        "errors::issue_6_large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels";
+        "errors::large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels";
     let (w, h) = (4000usize, 4000usize);
     let dir_of = |pid: u32| std::env::temp_dir().join(format!("imagefeed-it-large-{pid}"));
     let child = std::env::var("IMAGEFEED_IT_CHILD").as_deref() == Ok(NAME);

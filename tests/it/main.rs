@@ -1,6 +1,6 @@
 //! Integration tests of imagefeed, in one binary (STYLE.md §8): the pipeline end to end,
 //! decode correctness against `testdata/reference/`, error handling on hostile files and
-//! lists, and shutdown and robustness. Regression tests are named after their issue.
+//! lists, and shutdown and robustness. Tests are named after the behaviour they check.
 
 // A failed `unwrap` in a test is a failed test, with its location.
 #![allow(clippy::unwrap_used)]

@@ -1,4 +1,4 @@
-//! The pipeline end to end (issue 2): every sample exactly once per epoch, labels that follow
+//! The pipeline end to end: every sample exactly once per epoch, labels that follow
 //! their sample, orders, determinism across thread counts, dtypes, layouts, normalization,
 //! geometry, and the sources.
 
@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use crate::common::{self, id_label, IdCorpus};
 
-/// Runs one epoch of an id-coded corpus and checks everything issue 2 is about: each sample
+/// Runs one epoch of an id-coded corpus and checks what the pipeline promises: each sample
 /// exactly once (or, with `drop_remainder`, `n / bs` full batches of distinct samples), labels
 /// and pixels that belong to the index, and the batch count the loader announces.
 fn check_exactly_once(
@@ -68,7 +68,7 @@ fn check_exactly_once(
 }
 
 #[test]
-fn issue_2_every_sample_exactly_once() {
+fn every_sample_exactly_once() {
     // 61 is prime: no batch size below divides it.
     let corpus = IdCorpus::new(61);
     for batch_size in [1, 7, 16, 61, 100] {
@@ -88,7 +88,7 @@ proptest! {
         ..ProptestConfig::default()
     })]
     #[test]
-    fn issue_2_exactly_once_for_any_batching(
+    fn exactly_once_for_any_batching(
         batch_size in 1usize..30,
         shuffle_buffer in 0usize..40,
         drop_remainder: bool,
@@ -100,7 +100,7 @@ proptest! {
 }
 
 #[test]
-fn issue_2_labels_match_the_source_on_a_real_corpus() {
+fn labels_match_the_source_on_a_real_corpus() {
     let dir = common::corpus(64, 7);
     let source = common::corpus_source();
     // The generator writes class `i % 10` into folder `class_{i % 10:02}` and `files.txt`.
@@ -130,7 +130,7 @@ fn issue_2_labels_match_the_source_on_a_real_corpus() {
 }
 
 #[test]
-fn issue_2_shuffle_off_keeps_file_order() {
+fn shuffle_off_keeps_file_order() {
     let corpus = IdCorpus::new(23);
     for shuffle_buffer in [0, 5] {
         let loader = Loader::builder(corpus.source())
@@ -164,7 +164,7 @@ fn order(loader: &Loader, epoch: u64) -> Vec<u64> {
 }
 
 #[test]
-fn issue_2_epochs_differ_and_replay() {
+fn epochs_differ_and_replay() {
     let corpus = IdCorpus::new(40);
     let build = |seed: u64, shuffle_buffer: usize| {
         Loader::builder(corpus.source())
@@ -205,7 +205,7 @@ fn fingerprint(batches: &[Batch]) -> Vec<(Vec<u8>, Vec<u32>, Vec<u64>)> {
 }
 
 #[test]
-fn issue_2_same_seed_bit_identical_at_any_thread_count() {
+fn same_seed_bit_identical_at_any_thread_count() {
     // Real JPEGs of different sizes, so decode threads finish out of order.
     let source = common::subset(&common::corpus_source(), 32);
     for shuffle_buffer in [0, 12] {
@@ -325,7 +325,7 @@ fn readahead_over_a_cache_changes_no_output() {
 }
 
 #[test]
-fn issue_2_dtypes_and_layouts_agree_with_u8() {
+fn dtypes_and_layouts_agree_with_u8() {
     let source = common::subset(&common::corpus_source(), 12);
     let run = |dtype: Dtype, layout: Layout| {
         let loader = Loader::builder(source.clone())
@@ -396,7 +396,7 @@ fn issue_2_dtypes_and_layouts_agree_with_u8() {
 }
 
 #[test]
-fn issue_2_normalize_is_applied_per_channel() {
+fn normalize_is_applied_per_channel() {
     let source = common::subset(&common::corpus_source(), 6);
     let (mean, std) = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
     let run = |dtype: Dtype, layout: Layout| {
@@ -474,7 +474,7 @@ fn dominant(px: &[u8]) -> usize {
 }
 
 #[test]
-fn issue_2_resize_modes_and_non_square_shapes() {
+fn resize_modes_and_non_square_shapes() {
     let dir = tempfile::tempdir().unwrap();
     let p = bands_jpeg(dir.path());
     // Stretch keeps all three bands; the centre crop keeps only the green middle square.
@@ -515,7 +515,7 @@ fn issue_2_resize_modes_and_non_square_shapes() {
 }
 
 #[test]
-fn issue_2_from_dir_sorted_classes() {
+fn from_dir_sorted_classes() {
     let dir = common::testdata("classes");
     for source in [Source::from_dir(&dir).unwrap(), Source::open(&dir).unwrap()] {
         assert_eq!(
@@ -567,7 +567,7 @@ fn issue_2_from_dir_sorted_classes() {
 }
 
 #[test]
-fn issue_2_from_dir_ignores_hidden_and_other_files() {
+fn from_dir_ignores_hidden_and_other_files() {
     let dir = tempfile::tempdir().unwrap();
     let jpeg = common::id_jpeg(1);
     for (rel, data) in [
@@ -607,7 +607,7 @@ fn issue_2_from_dir_ignores_hidden_and_other_files() {
 }
 
 #[test]
-fn issue_2_list_file_relative_paths_crlf_bom_comments_spaces() {
+fn list_file_relative_paths_crlf_bom_comments_spaces() {
     let dir = tempfile::tempdir().unwrap();
     let sub = dir.path().join("sub dir");
     std::fs::create_dir_all(&sub).unwrap();
@@ -653,7 +653,7 @@ fn issue_2_list_file_relative_paths_crlf_bom_comments_spaces() {
 }
 
 #[test]
-fn issue_2_list_file_relative_to_its_own_folder() {
+fn list_file_relative_to_its_own_folder() {
     // The list lives in one folder and is read from another working directory's point of view:
     // relative paths resolve against the list's folder, not the process's.
     let corpus = IdCorpus::new(3);
@@ -680,7 +680,7 @@ fn issue_2_list_file_relative_to_its_own_folder() {
 }
 
 #[test]
-fn issue_2_from_entries() {
+fn from_entries() {
     let corpus = IdCorpus::new(5);
     let entries: Vec<(PathBuf, u32)> = corpus
         .paths
@@ -753,7 +753,7 @@ fn two_epochs_of_one_loader_can_run_interleaved() {
 }
 
 #[test]
-fn issue_5_stats_split_the_decode_threads_time_by_step() {
+fn stats_split_the_decode_threads_time_by_step() {
     let loader = Loader::builder(common::corpus_source())
         .batch_size(16)
         .decode_threads(2)

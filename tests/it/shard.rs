@@ -1,4 +1,4 @@
-//! Sharding across ranks and resumable epochs (issue 7).
+//! Sharding across ranks and resumable epochs.
 
 use std::collections::BTreeSet;
 
@@ -20,7 +20,7 @@ fn indices(batches: &[Batch]) -> Vec<u64> {
 }
 
 #[test]
-fn issue_7_eight_ranks_are_disjoint_complete_and_equal_in_batches() {
+fn eight_ranks_are_disjoint_complete_and_equal_in_batches() {
     let full = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
     // 5: fewer samples than ranks (ranks past the end wrapped around `len - rank`).
     for n in [64usize, 61, 57, 9, 5] {
@@ -71,7 +71,7 @@ fn issue_7_eight_ranks_are_disjoint_complete_and_equal_in_batches() {
 }
 
 #[test]
-fn issue_7_shard_padding_modes() {
+fn shard_padding_modes() {
     let full = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
     let source = subset(&full, 61);
     for (padding, per_rank) in [(ShardPadding::Repeat, 8usize), (ShardPadding::Drop, 7)] {
@@ -97,7 +97,7 @@ fn issue_7_shard_padding_modes() {
 }
 
 #[test]
-fn issue_7_skips_under_sharding_keep_batch_counts_equal() {
+fn skips_under_sharding_keep_batch_counts_equal() {
     let ids = IdCorpus::new(40);
     // Break three files; ranks that hold them must still deliver as many images.
     for i in [3usize, 17, 30] {
@@ -129,7 +129,7 @@ fn issue_7_skips_under_sharding_keep_batch_counts_equal() {
 }
 
 #[test]
-fn issue_7_resume_after_37_batches_delivers_exactly_the_rest() {
+fn resume_after_37_batches_delivers_exactly_the_rest() {
     let full = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
     for (world, rank) in [(1usize, 0usize), (2, 1)] {
         let make = || {
@@ -176,7 +176,7 @@ fn issue_7_resume_after_37_batches_delivers_exactly_the_rest() {
 }
 
 #[test]
-fn issue_7_bench_indices_out_and_resume_from_the_command_line() {
+fn bench_indices_out_and_resume_from_the_command_line() {
     let list = corpus(64, 7).join("files.txt");
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
@@ -297,7 +297,7 @@ fn issue_7_bench_indices_out_and_resume_from_the_command_line() {
 }
 
 #[test]
-fn issue_5_file_shuffle_buffer_reorders_indices_before_decoding_and_resumes() {
+fn file_shuffle_buffer_reorders_indices_before_decoding_and_resumes() {
     let full = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
     let make = || {
         Loader::builder(full.clone())

@@ -1,4 +1,4 @@
-//! Shutdown and robustness (issue 6): dropping an epoch stops and joins its threads quickly,
+//! Shutdown and robustness: dropping an epoch stops and joins its threads quickly,
 //! loaders do not leak threads or memory, a worker panic is an error naming the sample, and
 //! files that change during an epoch give clean errors or skips.
 //!
@@ -76,8 +76,8 @@ fn timed_drop(epoch: imagefeed::Batches, scenario: &str) -> Duration {
 }
 
 #[test]
-fn issue_6_dropping_an_epoch_is_fast_and_joins_its_threads() {
-    if !common::runs_in_child("shutdown::issue_6_dropping_an_epoch_is_fast_and_joins_its_threads") {
+fn dropping_an_epoch_is_fast_and_joins_its_threads() {
+    if !common::runs_in_child("shutdown::dropping_an_epoch_is_fast_and_joins_its_threads") {
         return;
     }
     let source = long_source();
@@ -170,8 +170,8 @@ fn issue_6_dropping_an_epoch_is_fast_and_joins_its_threads() {
 }
 
 #[test]
-fn issue_6_a_thousand_loaders_leak_no_threads_or_memory() {
-    if !common::runs_in_child("shutdown::issue_6_a_thousand_loaders_leak_no_threads_or_memory") {
+fn a_thousand_loaders_leak_no_threads_or_memory() {
+    if !common::runs_in_child("shutdown::a_thousand_loaders_leak_no_threads_or_memory") {
         return;
     }
     let source = Source::from_dir(common::testdata("classes")).unwrap();
@@ -225,7 +225,7 @@ fn drain(epoch: imagefeed::Batches) -> Vec<Result<imagefeed::Batch, Error>> {
 }
 
 #[test]
-fn issue_6_worker_panic_is_an_error_naming_the_sample() {
+fn worker_panic_is_an_error_naming_the_sample() {
     let corpus = IdCorpus::new(30);
     let source = corpus.source();
     for (k, threads, policy) in [
@@ -287,7 +287,7 @@ fn issue_6_worker_panic_is_an_error_naming_the_sample() {
 }
 
 #[test]
-fn issue_6_slow_consumer_completes_the_epoch() {
+fn slow_consumer_completes_the_epoch() {
     let source = common::subset(&common::corpus_source(), 40);
     let loader = Loader::builder(source)
         .batch_size(4)
@@ -372,7 +372,7 @@ fn damage_during_epoch(
 }
 
 #[test]
-fn issue_6_file_deleted_or_truncated_during_an_epoch() {
+fn file_deleted_or_truncated_during_an_epoch() {
     for damage in [Damage::Delete, Damage::Truncate] {
         // Fail: samples 0..70 arrive, then the error naming the damaged file ends the epoch.
         let (_corpus, victim, items, _) = damage_during_epoch(damage, OnError::Fail);
@@ -418,7 +418,7 @@ fn issue_6_file_deleted_or_truncated_during_an_epoch() {
 }
 
 #[test]
-fn issue_6_batches_outlive_their_loader() {
+fn batches_outlive_their_loader() {
     let corpus = IdCorpus::new(12);
     let loader = Loader::builder(corpus.source())
         .batch_size(5)

@@ -1,4 +1,4 @@
-//! The device slot ring through the whole pipeline, on the CPU (issue 4): a loader with the
+//! The device slot ring through the whole pipeline, on the CPU: a loader with the
 //! hidden `simulate_device_staging(true)` runs every batch through the ring of `prefetch + 2`
 //! slots that a GPU loader uses, with host memory standing in for the GPU (`prefetch/host.rs`).
 //! The batcher writes `u8` samples into the slot, the "copy" normalizes them into the batch,
@@ -35,7 +35,7 @@ fn collect(loader: &Loader, epoch: u64) -> Vec<(Vec<u8>, Vec<u32>, Vec<u64>)> {
 }
 
 #[test]
-fn issue_4_simulated_device_delivers_the_host_batches() {
+fn simulated_device_delivers_the_host_batches() {
     let source = common::subset(&common::corpus_source(), 23);
     for (dtype, layout) in [
         (Dtype::F32, Layout::Nhwc),
@@ -70,7 +70,7 @@ fn issue_4_simulated_device_delivers_the_host_batches() {
 }
 
 #[test]
-fn issue_4_slots_are_reused_and_bounded_by_a_slow_consumer() {
+fn slots_are_reused_and_bounded_by_a_slow_consumer() {
     let ids = IdCorpus::new(30);
     let source = Source::from_entries((0..300).map(|i| (ids.paths[i % 30].clone(), 0))).unwrap();
     let loader = builder(source, true)
@@ -96,7 +96,7 @@ fn issue_4_slots_are_reused_and_bounded_by_a_slow_consumer() {
 }
 
 #[test]
-fn issue_4_the_consumer_may_hold_all_but_one_slot() {
+fn the_consumer_may_hold_all_but_one_slot() {
     let ids = IdCorpus::new(20);
     let loader = builder(ids.source(), true)
         .image_size(16)
@@ -118,7 +118,7 @@ fn issue_4_the_consumer_may_hold_all_but_one_slot() {
 }
 
 #[test]
-fn issue_4_dropping_mid_epoch_frees_every_slot() {
+fn dropping_mid_epoch_frees_every_slot() {
     let ids = IdCorpus::new(30);
     let source = Source::from_entries((0..600).map(|i| (ids.paths[i % 30].clone(), 0))).unwrap();
     let loader = builder(source, true)
@@ -150,7 +150,7 @@ fn issue_4_dropping_mid_epoch_frees_every_slot() {
 }
 
 #[test]
-fn issue_4_bench_on_an_unusable_gpu_fails_with_a_clear_message() {
+fn bench_on_an_unusable_gpu_fails_with_a_clear_message() {
     let run = |args: &[&str]| {
         std::process::Command::new(crate::common::imagefeed_bin())
             .args(args)

@@ -1,4 +1,4 @@
-//! Autotune while an epoch runs (issue 5): the loader moves decode threads and prefetch depth
+//! Autotune while an epoch runs: the loader moves decode threads and prefetch depth
 //! towards where the time goes, reports it in the stats, and delivers the same batches.
 
 use std::time::Duration;
@@ -17,7 +17,7 @@ fn indices(loader: &Loader, pause: Duration) -> Vec<u64> {
 }
 
 #[test]
-fn issue_5_autotune_gives_back_threads_and_queue_to_a_slow_training_step_within_the_epoch() {
+fn autotune_gives_back_threads_and_queue_to_a_slow_training_step_within_the_epoch() {
     let source = Source::open(corpus(96, 11).join("files.txt")).unwrap();
     let build = |autotune| {
         Loader::builder(source.clone())
@@ -46,7 +46,7 @@ fn issue_5_autotune_gives_back_threads_and_queue_to_a_slow_training_step_within_
 }
 
 #[test]
-fn issue_5_autotune_adds_a_thread_for_a_starved_consumer_within_the_epoch() {
+fn autotune_adds_a_thread_for_a_starved_consumer_within_the_epoch() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 2 {
         println!("skipped: autotune adds threads only up to the cores, and this machine has 1");

@@ -1,4 +1,4 @@
-//! Tar shards in the WebDataset layout (issue 7): writing them, reading them as streams,
+//! Tar shards in the WebDataset layout: writing them, reading them as streams,
 //! sharding and resuming over them, and hostile archives.
 
 use std::collections::BTreeSet;
@@ -28,7 +28,7 @@ fn shards_of(n: usize, shard_size: usize) -> (Source, tempfile::TempDir) {
 }
 
 #[test]
-fn issue_7_shards_round_trip_every_sample_with_its_label_and_pixels() {
+fn shards_round_trip_every_sample_with_its_label_and_pixels() {
     let (files, dir) = shards_of(64, 10);
     let tar = Source::open(dir.path()).unwrap();
     assert_eq!(tar.kind(), SourceKind::TarShards);
@@ -71,7 +71,7 @@ fn issue_7_shards_round_trip_every_sample_with_its_label_and_pixels() {
 }
 
 #[test]
-fn issue_7_tar_epochs_visit_shards_in_a_seeded_order_and_shuffle_through_the_buffer() {
+fn tar_epochs_visit_shards_in_a_seeded_order_and_shuffle_through_the_buffer() {
     let (_, dir) = shards_of(40, 8);
     let tar = Source::open(dir.path()).unwrap();
     let order = |seed: u64, epoch: u64, buffer: usize| -> Vec<u64> {
@@ -105,7 +105,7 @@ fn issue_7_tar_epochs_visit_shards_in_a_seeded_order_and_shuffle_through_the_buf
 }
 
 #[test]
-fn issue_7_eight_ranks_over_tar_shards_are_disjoint_complete_and_equal_in_batches() {
+fn eight_ranks_over_tar_shards_are_disjoint_complete_and_equal_in_batches() {
     for (n, shard_size) in [(64usize, 10usize), (61, 7), (19, 4)] {
         let (_, dir) = shards_of(n, shard_size);
         let tar = Source::open(dir.path()).unwrap();
@@ -161,7 +161,7 @@ fn cut_and_resume(make: &dyn Fn() -> Loader, epoch: u64, cut: usize) -> Vec<u64>
 }
 
 #[test]
-fn issue_7_tar_resume_delivers_exactly_the_rest() {
+fn tar_resume_delivers_exactly_the_rest() {
     let (_, dir) = shards_of(64, 9);
     let tar = Source::open(dir.path()).unwrap();
     for buffer in [0usize, 6] {
@@ -187,7 +187,7 @@ fn issue_7_tar_resume_delivers_exactly_the_rest() {
 }
 
 #[test]
-fn issue_7_tar_resume_with_a_buffer_and_skipped_samples_is_exact() {
+fn tar_resume_with_a_buffer_and_skipped_samples_is_exact() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let names: Vec<String> = (0..30).map(|i| format!("{i:03}")).collect();
@@ -231,7 +231,7 @@ fn issue_7_tar_resume_with_a_buffer_and_skipped_samples_is_exact() {
 }
 
 #[test]
-fn issue_7_tar_source_with_a_cache_replays_from_the_cache() {
+fn tar_source_with_a_cache_replays_from_the_cache() {
     let (_, dir) = shards_of(20, 6);
     let tar = Source::open(dir.path()).unwrap();
     let cache = tempfile::tempdir().unwrap();
@@ -252,7 +252,7 @@ fn issue_7_tar_source_with_a_cache_replays_from_the_cache() {
 }
 
 #[test]
-fn issue_7_write_shards_never_overwrites() {
+fn write_shards_never_overwrites() {
     let (source, dir) = shards_of(12, 5);
     let before = std::fs::read(dir.path().join("shard-000000.tar")).unwrap();
     let e = write_shards(&source, dir.path(), 5, None).unwrap_err();
@@ -274,7 +274,7 @@ fn issue_7_write_shards_never_overwrites() {
 }
 
 #[test]
-fn issue_7_write_shards_names_a_missing_sample_and_keeps_no_partial_shard() {
+fn write_shards_names_a_missing_sample_and_keeps_no_partial_shard() {
     let dir = tempfile::tempdir().unwrap();
     let good = crate::common::testdata("photos/photo_0.jpg");
     let source =
@@ -369,7 +369,7 @@ fn a_shard_cut_at_a_member_boundary_is_truncated_not_shorter() {
 }
 
 #[test]
-fn issue_7_hostile_shards_get_errors_naming_the_shard() {
+fn hostile_shards_get_errors_naming_the_shard() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -585,7 +585,7 @@ fn a_folder_of_both_shards_and_class_folders_is_an_error_naming_both() {
 }
 
 #[test]
-fn issue_7_a_corrupt_member_is_a_sample_error_naming_shard_and_member() {
+fn a_corrupt_member_is_a_sample_error_naming_shard_and_member() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let shard = write(
@@ -630,7 +630,7 @@ fn issue_7_a_corrupt_member_is_a_sample_error_naming_shard_and_member() {
 }
 
 #[test]
-fn issue_7_shards_command_writes_what_bench_reads() {
+fn shards_command_writes_what_bench_reads() {
     let out = tempfile::tempdir().unwrap();
     let bin = crate::common::imagefeed_bin();
     let list = corpus(64, 7).join("files.txt");
@@ -696,7 +696,7 @@ fn one_by_one(source: &Source, on_error: OnError) -> Loader {
 }
 
 #[test]
-fn issue_7_a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
+fn a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
     // Two photos of different sizes, so that reordering moves every member's offset while the
     // shard keeps its size: what a stale `.tar.idx` sidecar or a shard rewritten under a
     // running loader looks like.
@@ -818,7 +818,7 @@ fn a_shard_relabeled_at_the_same_size_after_indexing_is_an_error_not_an_old_labe
 }
 
 #[test]
-fn issue_7_long_member_names_are_read_and_their_headers_bounded() {
+fn long_member_names_are_read_and_their_headers_bounded() {
     let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
