@@ -128,7 +128,7 @@ impl MemoryBudget {
         // The fetch stage holds at most the reorder window's samples (its channel and the
         // window bound them) and at most its byte bound: typically the window's worth of
         // average samples (with half again for the spread of sizes), the bound at worst.
-        let fetch_bound = crate::pipeline::fetch::byte_bound(source).unwrap_or(0);
+        let fetch_bound = source.backing.byte_bound().unwrap_or(0);
         let fetch_typical = match source.mean_sample_bytes() {
             Some(mean) => ((cfg.reorder_window() as u64).saturating_add(threads))
                 .saturating_mul(mean.saturating_add(mean / 2))

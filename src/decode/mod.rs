@@ -505,7 +505,7 @@ pub(crate) fn typical_working_set(
     settings: &DecodeSettings,
     geom: &Geometry,
 ) -> u64 {
-    if !matches!(source.backing, crate::source::Backing::Files) {
+    if !source.backing.is_local_files() {
         return 0;
     }
     let n = source.len();

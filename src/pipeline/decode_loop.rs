@@ -9,12 +9,12 @@ use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
-use super::fetch::{ByteBudget, Fetched};
 use super::handoff::HandoffSender;
 use super::{EpochShared, Loaded};
 use crate::decode::Decoder;
 use crate::decode::Target;
 use crate::error::Error;
+use crate::source::fetch::{ByteBudget, Fetched};
 use crate::stats::add;
 use crate::transform::{base_len, flip_horizontal, Draw, Geometry};
 

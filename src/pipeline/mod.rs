@@ -67,20 +67,21 @@ use crate::decode::{Decoder, LargeGate, VerifiedFiles};
 use crate::error::Error;
 use crate::prefetch::{BatchParts, Staging};
 use crate::rng::Rng;
-use crate::source::{Backing, Source};
+use crate::source::Source;
 use crate::stats::StatsCell;
 
 mod batch_loop;
 mod decode_loop;
-pub(crate) mod fetch;
+mod fetch;
 mod handoff;
 mod plan;
 mod readahead;
 mod window;
 
+use crate::source::fetch::{ByteBudget, Fetched};
 use batch_loop::batch_loop;
 use decode_loop::decode_loop;
-use fetch::{fetch_loop, ByteBudget, Fetched};
+use fetch::fetch_loop;
 use handoff::handoff;
 pub(crate) use plan::{contiguous, plan_len, resplit, split_len, Split};
 use plan::{plan, replay_buffer};
@@ -252,8 +253,9 @@ pub(crate) fn start(
     // Local files, or the records of a complete cache the epoch reads (whatever the source),
     // are hinted to the kernel ahead of the decode threads where the platform has such hints.
     // Tar shards and objects are read ahead by the fetch stage.
-    let readahead = match (&source.backing, &cache_mode) {
-        (_, EpochCache::Read(_)) | (Backing::Files, _) if readahead::SUPPORTED => cfg.readahead,
+    let readahead = match &cache_mode {
+        EpochCache::Read(_) if readahead::SUPPORTED => cfg.readahead,
+        _ if source.backing.is_local_files() && readahead::SUPPORTED => cfg.readahead,
         _ => 0,
     };
     let window = Arc::new(Window::new(
@@ -298,7 +300,7 @@ pub(crate) fn start(
     let mut handles = Vec::with_capacity(spawned_threads + 2);
     let mut hints = None;
     // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
-    let fetch = fetch::byte_bound(&shared.source).map(|bound| {
+    let fetch = shared.source.backing.byte_bound().map(|bound| {
         let (tx, rx) = bounded::<Fetched>(window_size);
         (tx, rx, Arc::new(ByteBudget::new(bound)))
     });

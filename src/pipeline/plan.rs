@@ -23,7 +23,7 @@ use crate::config::{Config, ShardPadding};
 use crate::error::Error;
 use crate::rng::{self, Rng};
 use crate::shuffle::ShuffleBuffer;
-use crate::source::{Backing, Source};
+use crate::source::Source;
 
 /// The part of an epoch's global order still to deliver: the order without its first `base`
 /// positions, and without the first `prior.1` positions of each of the `prior.0` contiguous
@@ -34,9 +34,10 @@ pub(crate) struct Split {
     pub(crate) prior: Option<(usize, u64)>,
 }
 
-/// Whether `source`'s epochs are split in contiguous blocks (tar shards) rather than strided.
+/// Whether `source`'s epochs are split in contiguous blocks (sources read as streams: tar
+/// shards) rather than strided.
 pub(crate) fn contiguous(source: &Source) -> bool {
-    matches!(source.backing, Backing::Tar(_))
+    source.backing.streams().is_some()
 }
 
 /// The start of rank `rank`'s contiguous block of `len` positions split over `world` ranks.
@@ -55,22 +56,22 @@ fn global_order(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
             &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION),
         )
     };
-    let order = match &source.backing {
-        Backing::Tar(tar) => {
-            let shards: Vec<u32> = if cfg.shuffle {
-                shuffled(tar.shards.len() as u32)
-            } else {
-                (0..tar.shards.len() as u32).collect()
-            };
-            let mut order = Vec::with_capacity(len);
-            for k in shards {
-                let s = &tar.shards[k as usize];
-                order.extend(s.first..s.first + s.count);
-            }
-            return order;
+    if let Some(streams) = source.backing.streams() {
+        let visit: Vec<u32> = if cfg.shuffle {
+            shuffled(streams.len() as u32)
+        } else {
+            (0..streams.len() as u32).collect()
+        };
+        let mut order = Vec::with_capacity(len);
+        for k in visit {
+            order.extend(streams[k as usize].clone());
         }
-        _ if cfg.shuffle => shuffled(len as u32),
-        _ => (0..len as u32).collect(),
+        return order;
+    }
+    let order = if cfg.shuffle {
+        shuffled(len as u32)
+    } else {
+        (0..len as u32).collect()
     };
     if cfg.shuffle_buffer == 0 {
         return order;

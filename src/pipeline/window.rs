@@ -2,6 +2,7 @@
 //! order, at most `size` ahead of the batcher. It also carries the epoch's live settings,
 //! which autotune changes while the epoch runs, and its cancel flag.
 
+use crate::source::fetch::TryClaim;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
@@ -211,16 +212,6 @@ impl Window {
             .unwrap_or_else(|e| e.into_inner())
             .cancelled
     }
-}
-
-/// What [`Window::try_claim`] found.
-#[cfg_attr(not(feature = "remote"), allow(dead_code))]
-pub(crate) enum TryClaim {
-    Got(usize),
-    /// The window is full: wait for the batcher.
-    Full,
-    /// The plan is done or the epoch cancelled.
-    Done,
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //!
 //! Tar shards in the WebDataset layout and objects in object storage (`s3://…`, with the
 //! `remote` feature) are sources too: their samples are indexed the same way, plus where each
-//! sample's bytes lie (shard, offset, length, 20 bytes a sample), and the pipeline reads them
-//! through its fetch stage (`pipeline/fetch.rs`) instead of opening one file per sample.
+//! sample's bytes lie (shard, offset, length, 20 bytes a sample), and their bytes are read by
+//! one fetch thread ahead of the decoders (`fetch.rs`) instead of one file per sample.
 //!
 //! The index stores every path as bytes in one buffer, relative to a base folder, plus an
 //! 8-byte end offset and a 4-byte label per entry: about `path length + 12` bytes a sample
@@ -16,6 +16,7 @@
 //! (class folders), `shards/` (tar shards: index, read, write, sidecar), and with the
 //! `remote` feature `remote.rs` (the object store client) and `url.rs` (opening a URL).
 
+pub(crate) mod fetch;
 mod index;
 pub(crate) mod list;
 #[cfg(feature = "remote")]

@@ -20,7 +20,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, GetOptions, GetRange, ObjectStore, RetryConfig};
 
 use crate::error::Error;
-use crate::source::RemoteOptions;
+use crate::source::fetch::{Fetch, Fetched, TryClaim};
+use crate::source::{ObjectIndex, RemoteOptions};
 
 /// A connected object store and the prefix a source lives under.
 pub(crate) struct Store {
@@ -335,6 +336,102 @@ impl Read for RangeReader {
         buf[..n].copy_from_slice(&self.chunk[..n]);
         let _ = self.chunk.split_to(n);
         Ok(n)
+    }
+}
+
+impl ObjectIndex {
+    /// Fetches the claimed samples' objects, up to `max_requests` at a time (see
+    /// `source/fetch.rs`).
+    pub(crate) fn fetch(&self, f: &Fetch<'_>) {
+        let (objects, budget, tx) = (self, f.budget, f.tx);
+        use futures_util::stream::FuturesUnordered;
+        use futures_util::StreamExt;
+        use std::future::Future;
+        use std::pin::Pin;
+
+        /// Reserved for an object of unknown size (named by a list file, not listed).
+        const UNKNOWN_SIZE: u64 = 256 << 10;
+        type Done = (usize, u32, u64, Result<Vec<u8>, Error>);
+
+        let store = &objects.store;
+        let max_requests = store.options.max_requests.max(1);
+        let limit = f.limit;
+        let cancelled = || f.claims.is_cancelled();
+        let mut inflight: FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>> =
+            FuturesUnordered::new();
+        let mut pending: Option<(usize, u64)> = None;
+        let mut finished = false;
+        loop {
+            // Start requests while there is room: positions in the window, requests, bytes.
+            while !finished && inflight.len() < max_requests {
+                let (seq, size) = match pending.take() {
+                    Some(p) => p,
+                    None => {
+                        let claim = if inflight.is_empty() {
+                            f.claims.claim()
+                        } else {
+                            match f.claims.try_claim() {
+                                TryClaim::Got(seq) => Some(seq),
+                                TryClaim::Full => break,
+                                TryClaim::Done => None,
+                            }
+                        };
+                        let Some(seq) = claim else {
+                            finished = true;
+                            break;
+                        };
+                        let index = f.plan[seq] as usize;
+                        let size = match objects.stamps[index].0 {
+                            0 => UNKNOWN_SIZE,
+                            n => n.min(limit),
+                        };
+                        (seq, size)
+                    }
+                };
+                let reserved = if inflight.is_empty() {
+                    budget.acquire(size, &cancelled)
+                } else {
+                    budget.try_acquire(size)
+                };
+                if !reserved {
+                    if inflight.is_empty() {
+                        return; // cancelled
+                    }
+                    pending = Some((seq, size));
+                    break;
+                }
+                let index = f.plan[seq];
+                let key = objects.key(f.index, index as usize);
+                let st = store.clone();
+                inflight.push(Box::pin(async move {
+                    let r = st.get_async(&key, limit).await;
+                    (seq, index, size, r)
+                }));
+            }
+            if inflight.is_empty() {
+                if finished || cancelled() {
+                    return;
+                }
+                continue;
+            }
+            let Some((seq, index, reserved, result)) = store.block_on(inflight.next()) else {
+                continue;
+            };
+            let held = match &result {
+                Ok(bytes) => bytes.len() as u64,
+                Err(_) => 0,
+            };
+            budget.adjust(reserved, held);
+            let f = Fetched {
+                seq,
+                index,
+                bytes: Some(result),
+                held,
+            };
+            if tx.send(f).is_err() {
+                return;
+            }
+        }
     }
 }
 

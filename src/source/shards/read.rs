@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::{cls_label, ShardLocation, TarIndex, BLOCK};
 use crate::error::Error;
+use crate::source::fetch::{Fetch, Fetched, TAR_BYTES_IN_FLIGHT};
 
 /// A forward-only reader over shards: keeps the current shard's stream open while the samples
 /// asked for lie further on in it.
@@ -257,6 +258,87 @@ fn open(index: &TarIndex, shard: u32, start: u64, end: u64, name: &Path) -> Resu
         pos: start,
         end,
     })
+}
+
+impl TarIndex {
+    /// The fetch stage's byte bound: the store's for remote shards, else
+    /// [`TAR_BYTES_IN_FLIGHT`].
+    pub(crate) fn byte_bound(&self) -> u64 {
+        #[cfg(feature = "remote")]
+        if let Some(s) = &self.store {
+            return s.options.max_bytes_in_flight;
+        }
+        TAR_BYTES_IN_FLIGHT
+    }
+
+    /// Reads the claimed samples' members as streams, a run of consecutive members of one
+    /// shard through one open file or request (see `source/fetch.rs`).
+    pub(crate) fn fetch(&self, f: &Fetch<'_>) {
+        let (tar, limit, budget, tx) = (self, f.limit, f.budget, f.tx);
+        let cancelled = || f.claims.is_cancelled();
+        let mut cursor = ShardCursor::default();
+        // Where the current run of consecutive samples of one shard ends (plan position, byte).
+        let mut run: Option<(usize, u64)> = None;
+        while let Some(seq) = f.claims.claim() {
+            let index = f.plan[seq];
+            let (_, _, len) = tar.locate(index as usize);
+            let name = f.index.path(index as usize);
+            let bytes = if len > limit {
+                Err(Error::decode(
+                &name,
+                crate::error::DecodeFailure(format!(
+                    "member is {len} bytes, over the {limit}-byte limit (max_pixels x 4 + 16 MiB, at most 256 MiB)"
+                )),
+            ))
+            } else {
+                if !budget.acquire(len, &cancelled) {
+                    return;
+                }
+                let run_end = match run {
+                    Some((until, end)) if seq < until => end,
+                    _ => {
+                        let (until, end) = run_of(f.plan, tar, seq);
+                        run = Some((until, end));
+                        end
+                    }
+                };
+                let mut out = Vec::new();
+                let label = f.index.label(index as usize);
+                cursor
+                    .read(tar, index as usize, label, run_end, &name, &mut out)
+                    .map(|()| out)
+            };
+            let held = if bytes.is_ok() { len } else { 0 };
+            if bytes.is_err() && len <= limit {
+                budget.release(len);
+            }
+            let f = Fetched {
+                seq,
+                index,
+                bytes: Some(bytes),
+                held,
+            };
+            if tx.send(f).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The run of plan positions from `seq` whose samples follow each other in one shard: returns
+/// the position after the run and the byte where the run's last sample ends.
+fn run_of(plan: &[u32], tar: &TarIndex, seq: usize) -> (usize, u64) {
+    let (shard, _, mut end) = tar.span(plan[seq] as usize);
+    let mut k = seq + 1;
+    while k < plan.len() && plan[k] == plan[k - 1].wrapping_add(1) {
+        let (s, first, last) = tar.span(plan[k] as usize);
+        if s != shard || first < end {
+            break;
+        }
+        end = last;
+        k += 1;
+    }
+    (k, end)
 }
 
 #[cfg(test)]
