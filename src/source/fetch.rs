@@ -6,7 +6,7 @@
 //! decode threads as a [`Fetched`], within a [`ByteBudget`]: the fetcher reserves a sample's
 //! length before reading it and a decode thread releases it once decoded (a single sample
 //! larger than the budget is still fetched, alone). Each kind of source reads its bytes in its
-//! own file, and this file has the one place that chooses among them:
+//! own file, and `backing.rs` is the one place that chooses among them:
 //! - **tar shards** (`shards/read.rs`) are read as streams: consecutive samples of one shard
 //!   come from one open file or one ranged request, reading forward over the headers and
 //!   members in between;
@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
-use super::{Backing, FileIndex};
+use super::FileIndex;
 use crate::error::Error;
 
 /// The plan positions a fetcher claims, in order, from the pipeline's window.
@@ -54,55 +54,6 @@ pub(crate) struct Fetch<'a> {
     pub(crate) limit: u64,
     pub(crate) tx: &'a Sender<Fetched>,
 }
-
-impl Backing {
-    /// The fetch stage's byte bound for this kind of source; `None` for local files (no fetch
-    /// stage: each decode thread reads its file).
-    pub(crate) fn byte_bound(&self) -> Option<u64> {
-        match self {
-            Backing::Files => None,
-            Backing::Tar(t) => Some(t.byte_bound()),
-            #[cfg(feature = "remote")]
-            Backing::Objects(o) => Some(o.store.options.max_bytes_in_flight),
-        }
-    }
-
-    /// Whether each sample is a local file of its own, which the decode threads read
-    /// themselves (and the readahead stage hints to the kernel).
-    pub(crate) fn is_local_files(&self) -> bool {
-        matches!(self, Backing::Files)
-    }
-
-    /// For a source read as streams (tar shards): each stream's samples, as a range of
-    /// consecutive dataset indices, in the source's order. `None` for random access.
-    pub(crate) fn streams(&self) -> Option<Vec<std::ops::Range<u32>>> {
-        match self {
-            Backing::Tar(tar) => Some(
-                tar.shards
-                    .iter()
-                    .map(|s| s.first..s.first + s.count)
-                    .collect(),
-            ),
-            Backing::Files => None,
-            #[cfg(feature = "remote")]
-            Backing::Objects(_) => None,
-        }
-    }
-
-    /// Reads the bytes of the samples `f` claims and sends them on, until the plan is done,
-    /// the epoch is cancelled or the decode threads are gone.
-    pub(crate) fn fetch(&self, f: &Fetch<'_>) {
-        match self {
-            Backing::Files => {}
-            Backing::Tar(tar) => tar.fetch(f),
-            #[cfg(feature = "remote")]
-            Backing::Objects(objects) => objects.fetch(f),
-        }
-    }
-}
-
-/// Fetched bytes held at once for tar shards (objects use `RemoteOptions::max_bytes_in_flight`).
-pub(crate) const TAR_BYTES_IN_FLIGHT: u64 = 64 << 20;
 
 /// One sample's bytes on their way to a decode thread.
 pub(crate) struct Fetched {

@@ -16,6 +16,7 @@
 //! (class folders), `shards/` (tar shards: index, read, write, sidecar), and with the
 //! `remote` feature `remote.rs` (the object store client) and `url.rs` (opening a URL).
 
+mod backing;
 pub(crate) mod fetch;
 mod index;
 pub(crate) mod list;
@@ -31,9 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+pub(crate) use backing::Backing;
 pub(crate) use index::{check_count, os_to_bytes, FileIndex};
 use list::{parse_list_from, shown};
-use shards::TarIndex;
 use walk::class_folder_with_images;
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
@@ -64,18 +65,6 @@ pub enum SourceKind {
     /// Samples packed in tar shards (WebDataset layout), local or in object storage, each shard
     /// read as one sequential stream.
     TarShards,
-}
-
-/// Where the bytes of a source's samples are.
-#[derive(Debug, Clone)]
-pub(crate) enum Backing {
-    /// Local files: the index paths.
-    Files,
-    /// Objects: index paths are keys relative to `prefix` in `store`.
-    #[cfg(feature = "remote")]
-    Objects(Arc<ObjectIndex>),
-    /// Members of tar shards.
-    Tar(Arc<TarIndex>),
 }
 
 /// Objects of a store, one a sample.
@@ -385,12 +374,7 @@ impl Source {
 
     /// How the samples are stored.
     pub fn kind(&self) -> SourceKind {
-        match &self.backing {
-            Backing::Files => SourceKind::Files,
-            #[cfg(feature = "remote")]
-            Backing::Objects(_) => SourceKind::Objects,
-            Backing::Tar(_) => SourceKind::TarShards,
-        }
+        self.backing.kind()
     }
 
     /// Feeds `hasher` what identifies this source's samples: their number, then in index
@@ -446,77 +430,18 @@ impl Source {
     /// an object, 32 in flight; an object the store cannot describe is stamped `u64::MAX` (its
     /// read fails later, naming it). `None` where [`Source::stamp`] knows them all.
     fn fetch_stamps(&self) -> Option<Vec<(u64, u128)>> {
-        #[cfg(feature = "remote")]
-        if let Backing::Objects(o) = &self.backing {
-            let missing: Vec<usize> = (0..o.stamps.len())
-                .filter(|&i| o.stamps[i] == (0, 0))
-                .collect();
-            if missing.is_empty() {
-                return None;
-            }
-            let keys = missing.iter().map(|&i| o.key(&self.index, i)).collect();
-            let mut stamps: Vec<(u64, u128)> =
-                o.stamps.iter().map(|&(s, m)| (s, m as u128)).collect();
-            for (&i, got) in missing.iter().zip(o.store.head_many(keys)) {
-                stamps[i] = got.map_or((u64::MAX, 0), |(s, m)| (s, m as u128));
-            }
-            return Some(stamps);
-        }
-        None
+        self.backing.fetch_stamps(&self.index)
     }
 
     /// Size and modification time of sample `i`'s bytes, for the stamped fingerprint.
     fn stamp(&self, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
-        match &self.backing {
-            Backing::Files => {
-                self.index.path_into(i, scratch);
-                match std::fs::metadata(&*scratch) {
-                    Ok(m) => {
-                        let t = m
-                            .modified()
-                            .ok()
-                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                            .map_or(0, |d| d.as_nanos());
-                        (m.len(), t)
-                    }
-                    Err(_) => (u64::MAX, 0),
-                }
-            }
-            #[cfg(feature = "remote")]
-            Backing::Objects(o) => {
-                let (size, mtime) = o.stamps[i];
-                (size, mtime as u128)
-            }
-            Backing::Tar(t) => t.stamp(i),
-        }
+        self.backing.stamp(&self.index, i, scratch)
     }
 
     /// The encoded bytes of sample `i` (random access; the pipeline streams instead). Used to
     /// write shards. Refuses more than `limit` bytes.
     pub(crate) fn read_sample(&self, i: usize, limit: u64) -> Result<Vec<u8>, Error> {
-        match &self.backing {
-            Backing::Files => {
-                use std::io::Read;
-                let path = self.index.path(i);
-                regular_file(&path)?;
-                let mut out = Vec::new();
-                std::fs::File::open(&path)
-                    .map_err(|e| Error::io(&path, e))?
-                    .take(limit + 1)
-                    .read_to_end(&mut out)
-                    .map_err(|e| Error::io(&path, e))?;
-                if out.len() as u64 > limit {
-                    return Err(Error::decode(
-                        &path,
-                        crate::error::DecodeFailure(format!("over the {limit}-byte limit")),
-                    ));
-                }
-                Ok(out)
-            }
-            #[cfg(feature = "remote")]
-            Backing::Objects(o) => o.store.get(&o.key(&self.index, i), limit),
-            Backing::Tar(t) => t.read_member(i, self.index.label(i), &self.index.path(i), limit),
-        }
+        self.backing.read_sample(&self.index, i, limit)
     }
 
     /// The number of samples.
@@ -552,21 +477,12 @@ impl Source {
     /// The mean encoded size of a sample where the index knows every sample's size (tar
     /// shards); `None` for local files and objects.
     pub(crate) fn mean_sample_bytes(&self) -> Option<u64> {
-        match &self.backing {
-            Backing::Tar(t) => t.mean_len(),
-            _ => None,
-        }
+        self.backing.mean_sample_bytes()
     }
 
     /// Heap bytes the index holds (counted in the loader's memory budget).
     pub fn heap_bytes(&self) -> u64 {
-        self.index.heap_bytes()
-            + match &self.backing {
-                Backing::Files => 0,
-                #[cfg(feature = "remote")]
-                Backing::Objects(o) => (o.stamps.capacity() * 16) as u64,
-                Backing::Tar(t) => t.heap_bytes(),
-            }
+        self.index.heap_bytes() + self.backing.heap_bytes()
     }
 }
 

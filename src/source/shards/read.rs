@@ -6,7 +6,11 @@ use std::path::Path;
 
 use super::{cls_label, ShardLocation, TarIndex, BLOCK};
 use crate::error::Error;
-use crate::source::fetch::{Fetch, Fetched, TAR_BYTES_IN_FLIGHT};
+use crate::source::fetch::{Fetch, Fetched};
+
+/// Fetched bytes held at once for local tar shards (remote ones use
+/// `RemoteOptions::max_bytes_in_flight`).
+pub(crate) const TAR_BYTES_IN_FLIGHT: u64 = 64 << 20;
 
 /// A forward-only reader over shards: keeps the current shard's stream open while the samples
 /// asked for lie further on in it.
