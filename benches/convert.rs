@@ -15,7 +15,7 @@ use std::hint::black_box;
 
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use imagefeed::fuzzing::BatchFeed;
+use imagefeed::tools::bench::BatchFeed;
 use imagefeed::Dtype;
 
 fn convert(c: &mut Criterion) {
@@ -46,7 +46,7 @@ fn convert(c: &mut Criterion) {
 
 #[cfg(feature = "candle-cuda")]
 fn convert_cuda(c: &mut Criterion) {
-    if let Err(e) = imagefeed::gpu::info() {
+    if let Err(e) = imagefeed::tools::gpu::info() {
         println!("candle_cuda: skipped, no usable GPU ({e})");
         return;
     }

@@ -5,7 +5,7 @@
 //! `cargo bench --bench decode`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use imagefeed::fuzzing::BenchDecoder;
+use imagefeed::tools::bench::BenchDecoder;
 use std::hint::black_box;
 
 fn decode(c: &mut Criterion) {

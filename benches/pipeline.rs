@@ -14,7 +14,7 @@ fn run(loader: &Loader, epoch: u64) -> usize {
 
 fn pipeline(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let corpus = imagefeed::corpus::generate(dir.path(), IMAGES, 0).expect("corpus");
+    let corpus = imagefeed::tools::corpus::generate(dir.path(), IMAGES, 0).expect("corpus");
     let source = Source::from_list_file(&corpus.list).expect("list");
     let mut g = c.benchmark_group("pipeline_f32_160");
     g.sample_size(10);

@@ -10,7 +10,7 @@ fn shuffle(c: &mut Criterion) {
     g.throughput(Throughput::Elements(u64::from(n)));
     for cap in [0usize, 1000, 8192] {
         g.bench_function(BenchmarkId::new("items", cap), |b| {
-            b.iter(|| black_box(imagefeed::fuzzing::shuffle_buffer(n, cap, 7)))
+            b.iter(|| black_box(imagefeed::tools::bench::shuffle_buffer(n, cap, 7)))
         });
     }
     g.finish();

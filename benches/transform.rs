@@ -6,7 +6,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use fast_image_resize as fir;
-use imagefeed::{fuzzing, Dtype, Layout, ResizeFilter};
+use imagefeed::tools::bench as fuzzing;
+use imagefeed::{Dtype, Layout, ResizeFilter};
 use std::hint::black_box;
 
 fn transform(c: &mut Criterion) {

@@ -11,7 +11,7 @@
 use candle_core::{DType, Device, Tensor, Var, D};
 use imagefeed::{Layout, Loader, Source, Transform};
 
-const CLASSES: usize = imagefeed::corpus::CLASSES as usize;
+const CLASSES: usize = imagefeed::tools::corpus::CLASSES as usize;
 const SIZE: u32 = 32;
 
 /// The network's weights, each a candle `Var` that backpropagation reaches.
@@ -73,7 +73,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .find(|a| !a.starts_with("--") && a.parse::<u64>().is_err())
     {
         Some(p) => p.into(),
-        None => imagefeed::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list,
+        None => {
+            imagefeed::tools::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list
+        }
     };
     // Four fifths for training, the last fifth held out.
     let all = Source::open(&list)?;

@@ -33,7 +33,7 @@ use crate::transform::{Dtype, Layout, ResizeFilter, ResizeMode, Transform};
 #[derive(Debug, Clone)]
 pub struct LoaderBuilder {
     source: Source,
-    cfg: Config,
+    pub(crate) cfg: Config,
 }
 
 // Beside the builder, so that the loader does not depend on how it is built.
@@ -384,14 +384,6 @@ impl LoaderBuilder {
         self
     }
 
-    /// Testing aid: on the host, run batches through the device slot ring with host memory
-    /// standing in for the GPU (see `prefetch/host.rs`).
-    #[doc(hidden)]
-    pub fn simulate_device_staging(mut self, on: bool) -> Self {
-        self.cfg.simulate_device = on;
-        self
-    }
-
     /// Read only this rank's share of every epoch (default: rank 0 of 1). Each epoch, all ranks
     /// take disjoint parts of the same seeded permutation (give every rank the same seed), their
     /// union is the whole source, and every rank delivers the same number of samples and
@@ -422,20 +414,6 @@ impl LoaderBuilder {
     /// [`ShardPadding::EqualBatches`]).
     pub fn shard_padding(mut self, padding: ShardPadding) -> Self {
         self.cfg.shard_padding = padding;
-        self
-    }
-
-    /// Testing aid: make the decode thread panic on the sample with this dataset index.
-    #[doc(hidden)]
-    pub fn inject_panic_at_index(mut self, index: u64) -> Self {
-        self.cfg.panic_on_index = Some(index);
-        self
-    }
-
-    /// Testing aid: pretend the cache's file system has this many bytes free.
-    #[doc(hidden)]
-    pub fn simulate_cache_free_space(mut self, bytes: u64) -> Self {
-        self.cfg.cache_free_space_override = Some(bytes);
         self
     }
 
@@ -545,7 +523,7 @@ impl LoaderBuilder {
         // settings that could never fit fail here, not in the out-of-memory killer.
         let limit = match cfg.host_memory_limit {
             Some(l) => Some((l, format!("the limit is {:.1} MB", l as f64 / 1e6), "")),
-            None => crate::procinfo::memory_limit_bytes().map(|m| {
+            None => crate::memory_limit::memory_limit_bytes().map(|m| {
                 (
                     m,
                     format!("this machine has {:.1} MB of memory", m as f64 / 1e6),

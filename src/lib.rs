@@ -67,7 +67,6 @@
 //! | `cuda-11040` | no     | builds cudarc for CUDA 11.4 with `cuda` (nothing without it); with `cuda`, name a CUDA version this way, with `CUDARC_CUDA_VERSION`, or through another crate's cudarc features (README, "GPU") |
 //! | `candle`    | no      | `Batch::to_candle` / `Batch::into_candle`: a batch as candle-core 0.11 tensors |
 //! | `candle-cuda` | no    | `candle` + `cuda` + candle-core's `cuda`: a GPU batch becomes a candle CUDA tensor without a copy (building needs nvcc) |
-//! | `corpus`    | no      | `imagefeed::corpus`: the synthetic benchmark corpus the command line writes |
 //!
 //! ## Tuning
 //!
@@ -91,26 +90,23 @@ mod budget;
 mod builder;
 mod cache;
 mod config;
-#[cfg(feature = "corpus")]
-#[cfg_attr(docsrs, doc(cfg(feature = "corpus")))]
-pub mod corpus;
 mod decode;
 mod error;
-pub mod floor;
-#[doc(hidden)]
-pub mod fuzzing;
-#[doc(hidden)]
-pub mod gpu;
 mod launch;
 mod loader;
+mod memory_limit;
 mod pipeline;
 mod prefetch;
-pub mod procinfo;
 mod rng;
 mod shuffle;
 mod source;
 mod stats;
 mod tensors;
+#[cfg(feature = "__testing")]
+mod testing;
+#[cfg(feature = "unstable-tools")]
+#[doc(hidden)]
+pub mod tools;
 mod transform;
 mod tune;
 

@@ -45,7 +45,7 @@ pub struct Loader {
     budget: MemoryBudget,
     stats: Arc<StatsCell>,
     gate: Arc<LargeGate>,
-    staging: Staging,
+    pub(crate) staging: Staging,
     cache: Option<Arc<Cache>>,
     normalize_pool: std::sync::OnceLock<Option<Arc<rayon::ThreadPool>>>,
     /// The fingerprints a [`LoaderState`] records (source, plan settings), made on first use.
@@ -337,14 +337,6 @@ impl Loader {
     /// Where batches are delivered (the host, after a fallback from an unusable GPU).
     pub fn device(&self) -> Device {
         self.staging.device()
-    }
-
-    /// Testing aid: the device slot ring's `(capacity, created, free)` slots (zeros without a
-    /// ring).
-    #[doc(hidden)]
-    pub fn device_slots(&self) -> (usize, usize, usize) {
-        let (created, free) = self.staging.slot_use();
-        (self.staging.slots(), created, free)
     }
 
     /// Bytes of the complete on-disk cache, if the loader has one.

@@ -80,9 +80,9 @@ fn resizer_allocations() -> u64 {
         for filter in [ResizeFilter::Bilinear, ResizeFilter::Antialiased] {
             let rgb = vec![0u8; w * h * 3];
             let mut out = vec![0u8; 160 * 160 * 3];
-            imagefeed::fuzzing::resize(&rgb, w as u32, h as u32, 160, filter, &mut out);
+            imagefeed::tools::bench::resize(&rgb, w as u32, h as u32, 160, filter, &mut out);
             let before = ALLOCS.load(Relaxed);
-            imagefeed::fuzzing::resize(&rgb, w as u32, h as u32, 160, filter, &mut out);
+            imagefeed::tools::bench::resize(&rgb, w as u32, h as u32, 160, filter, &mut out);
             most = most.max(ALLOCS.load(Relaxed) - before);
         }
     }
@@ -94,7 +94,7 @@ fn no_heap_allocation_per_image_in_steady_state() {
     // One test, so that no other test allocates while this one counts.
     where_allocations_happen();
     let dir = tempfile::tempdir().unwrap();
-    imagefeed::corpus::generate(dir.path(), 64, 3).unwrap();
+    imagefeed::tools::corpus::generate(dir.path(), 64, 3).unwrap();
     let resizer = resizer_allocations() as f64;
     for cache in [false, true] {
         let small = allocations_per_epoch(96, dir.path(), cache);
@@ -121,7 +121,7 @@ fn where_allocations_happen() {
         "/testdata/photos/photo_0.jpg"
     ))
     .unwrap();
-    let mut d = imagefeed::fuzzing::BenchDecoder::new(160, true, false);
+    let mut d = imagefeed::tools::bench::BenchDecoder::new(160, true, false);
     let mut out = vec![0u8; 160 * 160 * 3];
     d.decode(&photo).unwrap();
     d.decode_resize(&photo, &mut out);
@@ -135,7 +135,7 @@ fn where_allocations_happen() {
     }
     let c = ALLOCS.load(Relaxed);
     let rgb = vec![0u8; 450 * 300 * 3];
-    imagefeed::fuzzing::resize(&rgb, 450, 300, 160, ResizeFilter::default(), &mut out);
+    imagefeed::tools::bench::resize(&rgb, 450, 300, 160, ResizeFilter::default(), &mut out);
     let e = ALLOCS.load(Relaxed);
     println!(
         "decode: {} per image; decode+resize: {} per image; one resize (fresh resizer): {}",

@@ -15,7 +15,7 @@ use imagefeed::{Batch, Device, Dtype, ErrorKind, Layout, Loader, LoaderBuilder, 
 
 /// `Some(why)` when there is no usable GPU here.
 fn no_gpu() -> Option<String> {
-    match imagefeed::gpu::info() {
+    match imagefeed::tools::gpu::info() {
         Ok(info) => {
             println!("{info}");
             None
@@ -130,8 +130,8 @@ fn compare(host: &Loader, gpu: &Loader, what: &str) {
         assert_eq!(b.labels(), h.labels(), "{what}");
         assert_eq!(b.indices(), h.indices(), "{what}");
         dev.synchronize().unwrap();
-        let g = imagefeed::gpu::images_f32(&b).unwrap();
-        let w = imagefeed::gpu::images_f32(h).unwrap();
+        let g = imagefeed::tools::gpu::images_f32(&b).unwrap();
+        let w = imagefeed::tools::gpu::images_f32(h).unwrap();
         assert_eq!(g.len(), w.len(), "{what}");
         for (i, (&x, &y)) in g.iter().zip(&w).enumerate() {
             assert!(
@@ -206,7 +206,7 @@ fn gpu_slots_are_reused_bounded_and_freed_by_a_drop() {
     let mut n = 0;
     for b in loader.epoch(0) {
         let b = b.unwrap();
-        imagefeed::gpu::wait_ready(&b).unwrap();
+        imagefeed::tools::gpu::wait_ready(&b).unwrap();
         std::thread::sleep(Duration::from_millis(1)); // a slow consumer
         assert!(loader.device_slots().1 <= capacity);
         n += 1;
@@ -343,7 +343,7 @@ fn gpu_batches_taken_by_value_are_their_device_buffer_and_outlive_the_loader() {
             assert_eq!(got.labels, h.labels(), "{what}");
             assert_eq!(got.indices, h.indices(), "{what}");
             let g = owned_f32(&got.images);
-            let w = imagefeed::gpu::images_f32(h).unwrap();
+            let w = imagefeed::tools::gpu::images_f32(h).unwrap();
             assert_eq!(g.len(), w.len(), "{what}");
             for (i, (&x, &y)) in g.iter().zip(&w).enumerate() {
                 assert!(

@@ -59,8 +59,8 @@ fn fix_checksums(b: &mut [u8]) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let _ = imagefeed::fuzzing::read_cache(data);
+    let _ = imagefeed::tools::fuzz::read_cache(data);
     let mut fixed = data.to_vec();
     fix_checksums(&mut fixed);
-    let _ = imagefeed::fuzzing::read_cache(&fixed);
+    let _ = imagefeed::tools::fuzz::read_cache(&fixed);
 });

@@ -19,5 +19,5 @@ fuzz_target!(|data: &[u8]| {
     let name = NAMES[usize::from(sel % 3)];
     let zune = (sel / 3) % 2 == 1;
     let size = 1 + 6 * u32::from(sel / 6);
-    let _ = imagefeed::fuzzing::decode_transform(bytes, name, size, zune);
+    let _ = imagefeed::tools::fuzz::decode_transform(bytes, name, size, zune);
 });

@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = imagefeed::fuzzing::index_tar(data);
+    let _ = imagefeed::tools::fuzz::index_tar(data);
 });

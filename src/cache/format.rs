@@ -240,6 +240,7 @@ pub(crate) fn encode_record_header(
 
 /// Checks and decodes record bytes (`RECORD_HEADER_LEN + sample_len`), as [`read_record`]
 /// checks what it reads. `Err` says what is wrong, for a `CorruptCache` error.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn decode_record(bytes: &[u8], index: u32, sample_len: usize) -> Result<Sample, String> {
     if bytes.len() < RECORD_HEADER_LEN + sample_len {
         return Err("record shorter than its length".into());

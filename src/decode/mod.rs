@@ -173,6 +173,7 @@ pub(crate) struct Decoder {
     /// libjpeg-turbo decodes only a cropping transform's region (on, always in a loader);
     /// off, it decodes the whole frame at the box's scale and the box is cut after, as
     /// decoders without region decoding do (`fuzzing::BenchDecoder`, to measure the saving).
+    #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
     pub(crate) crop_regions: bool,
     /// The loader's files already read to their end cleanly by a strict cropped decode
     /// (`verified.rs`): their later cropped decodes stop below the box. `None`: every strict
@@ -398,6 +399,7 @@ impl Decoder {
     }
 
     /// Decodes image bytes to RGB8 at the scale that still covers `geom`'s target.
+    #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
     pub(crate) fn decode<'a>(
         &'a mut self,
         bytes: &[u8],
@@ -600,6 +602,7 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
 
 /// The mean squared difference of two equally long `u8` buffers (the PSNR of `imagefeed floor`
 /// and of the decode tests).
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn mean_squared_error(a: &[u8], b: &[u8]) -> f64 {
     a.iter()
         .zip(b)

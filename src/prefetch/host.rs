@@ -54,6 +54,7 @@ impl SimStaging {
         }
     }
 
+    #[cfg(any(test, feature = "__testing"))]
     pub(crate) fn ring(&self) -> &SlotRing<SimSlot> {
         &self.ring
     }

@@ -116,16 +116,22 @@ impl<S> SlotRing<S> {
     }
 
     /// The most slots this ring will create.
+    // What `Loader::device_slots` (a test hook) reports.
+    #[cfg(any(test, feature = "__testing"))]
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Slots created so far.
+    // What `Loader::device_slots` (a test hook) reports.
+    #[cfg(any(test, feature = "__testing"))]
     pub(crate) fn created(&self) -> usize {
         self.lock().created
     }
 
     /// Slots created and free (not being filled, queued or held by the consumer).
+    // What `Loader::device_slots` (a test hook) reports.
+    #[cfg(any(test, feature = "__testing"))]
     pub(crate) fn free(&self) -> usize {
         self.lock().free.len()
     }
@@ -363,6 +369,8 @@ impl Staging {
     }
 
     /// Slots the ring may create (0 without a ring).
+    // What `Loader::device_slots` (a test hook) reports.
+    #[cfg(any(test, feature = "__testing"))]
     pub(crate) fn slots(&self) -> usize {
         match self {
             Staging::Host => 0,
@@ -373,6 +381,8 @@ impl Staging {
     }
 
     /// Slots created so far and slots free now (`(0, 0)` without a ring).
+    // What `Loader::device_slots` (a test hook) reports.
+    #[cfg(any(test, feature = "__testing"))]
     pub(crate) fn slot_use(&self) -> (usize, usize) {
         match self {
             Staging::Host => (0, 0),

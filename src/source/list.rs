@@ -8,6 +8,7 @@ use super::{os_to_bytes, FileIndex};
 use crate::error::Error;
 
 /// Parses a list file's bytes (pure core of [`Source::from_list_file`](super::Source::from_list_file)).
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<FileIndex, Error> {
     parse_list_from(list, base, data, data.len() as u64)
 }

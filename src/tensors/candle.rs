@@ -205,7 +205,7 @@ mod tests {
         use crate::Device as Where;
         use candle_core::Storage;
         use cudarc::driver::DevicePtr;
-        if let Err(e) = crate::gpu::info() {
+        if let Err(e) = crate::tools::gpu::info() {
             println!("skipped: no usable GPU ({e})");
             return;
         }

@@ -29,6 +29,7 @@ pub(crate) fn avx512_enabled() -> bool {
 }
 
 /// What runs, for reports: `"avx512"`, `"avx2"` or `"portable"`.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn kernels_name() -> &'static str {
     if avx512_enabled() {
         "avx512"

@@ -41,7 +41,7 @@ pub(crate) fn testdata(rel: &str) -> PathBuf {
     root.join("testdata").join(rel)
 }
 
-/// A realistic corpus written by [`imagefeed::corpus::generate`] (`class_XX/` folders plus
+/// A realistic corpus written by [`imagefeed::tools::corpus::generate`] (`class_XX/` folders plus
 /// `files.txt`), shared read-only by all tests. Generating takes tens of milliseconds an image
 /// in a debug build, so it is cached in cargo's per-target temporary folder, keyed on count
 /// and seed; a half-written cache is never reused (it is renamed into place when complete).
@@ -59,7 +59,7 @@ pub(crate) fn corpus(count: usize, seed: u64) -> PathBuf {
         .prefix("it-corpus-partial-")
         .tempdir_in(tmp_root)
         .unwrap();
-    imagefeed::corpus::generate(tmp.path(), count, seed).unwrap();
+    imagefeed::tools::corpus::generate(tmp.path(), count, seed).unwrap();
     let tmp = tmp.keep();
     if std::fs::rename(&tmp, &dir).is_err() {
         // Another test process finished the same corpus first.

@@ -490,13 +490,13 @@ fn a_files_output_does_not_depend_on_what_its_thread_decoded_before() {
         order.swap(i, rng.below(i + 1));
     }
     for (dct, zune) in [(true, false), (false, false), (false, true)] {
-        let mut shared = imagefeed::fuzzing::BenchDecoder::new(160, dct, zune);
+        let mut shared = imagefeed::tools::bench::BenchDecoder::new(160, dct, zune);
         let (mut ok, mut failed) = (0, 0);
         for &i in &order {
             let mut a = vec![0u8; 160 * 160 * 3];
             let mut b = vec![0u8; 160 * 160 * 3];
             let after_others = shared.decode_resize(&files[i], &mut a);
-            let fresh = imagefeed::fuzzing::BenchDecoder::new(160, dct, zune)
+            let fresh = imagefeed::tools::bench::BenchDecoder::new(160, dct, zune)
                 .decode_resize(&files[i], &mut b);
             assert_eq!(
                 after_others, fresh,

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use imagefeed::procinfo;
+use imagefeed::tools::procinfo;
 use imagefeed::{Dtype, Error, ErrorKind, Loader, OnError, Source};
 
 use crate::common::{self, id_label, IdCorpus};

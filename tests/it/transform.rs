@@ -476,7 +476,8 @@ fn the_fuzz_targets_decode_path_takes_every_test_file_with_every_transform() {
                 for size in [7, 48, 160] {
                     for zune in [false, true] {
                         eprintln!("{name} {pad} {size} {zune}");
-                        let ok = imagefeed::fuzzing::decode_transform(&padded, name, size, zune);
+                        let ok =
+                            imagefeed::tools::fuzz::decode_transform(&padded, name, size, zune);
                         decoded += usize::from(ok);
                     }
                 }

@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use burn::backend::NdArray;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use imagefeed::fuzzing::BatchFeed;
+use imagefeed::tools::bench::BatchFeed;
 use imagefeed::Dtype;
 use imagefeed_burn::ImageBatch;
 

@@ -33,7 +33,7 @@ use burn::train::{
 use imagefeed::{Layout, Loader, Source, Transform};
 use imagefeed_burn::{ImageBatch, ImagefeedDataLoader};
 
-const CLASSES: usize = imagefeed::corpus::CLASSES as usize;
+const CLASSES: usize = imagefeed::tools::corpus::CLASSES as usize;
 const SIZE: u32 = 32;
 const BATCH: usize = 32;
 
@@ -219,7 +219,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .find(|a| !a.starts_with("--") && a.parse::<u64>().is_err())
     {
         Some(p) => p.into(),
-        None => imagefeed::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list,
+        None => {
+            imagefeed::tools::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list
+        }
     };
     // Four fifths for training, the last fifth held out.
     let all = Source::open(&list)?;

@@ -3,9 +3,10 @@
 use std::io::Write as _;
 
 use clap::Parser;
+use imagefeed::tools::procinfo;
 use imagefeed::{
-    procinfo, Device, JpegDecoder, Layout, Loader, LoaderBuilder, LoaderState, OnError,
-    ShardPadding, Source, SourceKind, Transform,
+    Device, JpegDecoder, Layout, Loader, LoaderBuilder, LoaderState, OnError, ShardPadding, Source,
+    SourceKind, Transform,
 };
 
 use crate::args::{
@@ -23,7 +24,7 @@ pub(crate) fn default_benchmark() -> Result<(), AnyError> {
         "imagefeed: writing a {count}-image corpus from the embedded photographs to {} ...",
         dir.path().display()
     );
-    let summary = imagefeed::corpus::generate(dir.path(), count, 0)?;
+    let summary = imagefeed::tools::corpus::generate(dir.path(), count, 0)?;
     eprintln!(
         "imagefeed: {} images, {:.1} MB of JPEG, {:.2} megapixels on average",
         summary.images,
@@ -39,7 +40,14 @@ pub(crate) fn default_benchmark() -> Result<(), AnyError> {
     bench(&args)?;
     let source = Source::open(&summary.list)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let f = imagefeed::floor::decode_floor(&source, threads, true, 160, JpegDecoder::Auto, None)?;
+    let f = imagefeed::tools::floor::decode_floor(
+        &source,
+        threads,
+        true,
+        160,
+        JpegDecoder::Auto,
+        None,
+    )?;
     println!(
         "decode floor (decode only, DCT-scaled, {threads} threads): {:.0} images/s",
         f.images_per_sec
@@ -249,7 +257,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             loader.decode_threads(),
             a.batch_size,
             imagefeed::decoder_info(),
-            imagefeed::fuzzing::simd_kernels()
+            imagefeed::tools::bench::simd_kernels()
         );
     }
     // The state records the source's and the ordering settings' fingerprints: the loader
@@ -302,7 +310,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         while let Some(batch) = batches.next() {
             let batch = batch?;
             // A GPU batch counts once it is in device memory.
-            device_wait += imagefeed::gpu::wait_ready(&batch)?;
+            device_wait += imagefeed::tools::gpu::wait_ready(&batch)?;
             if let Some(out) = indices_out.as_mut() {
                 for i in batch.indices() {
                     writeln!(out, "{i}")?;
@@ -363,7 +371,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "decode_seconds": s.decode.as_secs_f64(),
             "resize_seconds": s.resize.as_secs_f64(),
             "batch_write_seconds": s.batch_write.as_secs_f64(),
-            "kernels": imagefeed::fuzzing::simd_kernels(),
+            "kernels": imagefeed::tools::bench::simd_kernels(),
             "decoder": imagefeed::decoder_info().to_string(),
             "transform": transform_name,
         });

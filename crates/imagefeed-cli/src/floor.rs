@@ -44,7 +44,8 @@ pub(crate) fn floor(
         threads
     };
     for scaled in [false, true] {
-        let r = imagefeed::floor::decode_floor(&source, threads, scaled, size, decoder, limit)?;
+        let r =
+            imagefeed::tools::floor::decode_floor(&source, threads, scaled, size, decoder, limit)?;
         if json {
             println!(
                 "{}",
@@ -67,8 +68,8 @@ pub(crate) fn floor(
         }
     }
     if psnr_images > 0 {
-        let q = imagefeed::floor::dct_psnr(&source, size, filter, Some(psnr_images))?;
-        let f = imagefeed::floor::filter_psnr(&source, size, Some(psnr_images))?;
+        let q = imagefeed::tools::floor::dct_psnr(&source, size, filter, Some(psnr_images))?;
+        let f = imagefeed::tools::floor::filter_psnr(&source, size, Some(psnr_images))?;
         if json {
             println!(
                 "{}",

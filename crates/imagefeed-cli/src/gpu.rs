@@ -4,7 +4,7 @@ use crate::{mb, AnyError};
 
 /// `imagefeed gpu-info`.
 pub(crate) fn gpu_info() -> Result<(), AnyError> {
-    match imagefeed::gpu::info() {
+    match imagefeed::tools::gpu::info() {
         Ok(text) => {
             print!("{text}");
             Ok(())
@@ -17,7 +17,7 @@ pub(crate) fn gpu_info() -> Result<(), AnyError> {
 pub(crate) fn gpu_copy(device: usize, shape: &[usize]) -> Result<(), AnyError> {
     let elems: usize = shape.iter().product();
     for (name, bytes) in [("u8", elems), ("f32", elems * 4)] {
-        let b = imagefeed::gpu::copy_bandwidth(device, bytes)?;
+        let b = imagefeed::tools::gpu::copy_bandwidth(device, bytes)?;
         println!(
             "h2d {name} batch {shape:?} ({:.1} MB): loader pinned {:.1} GB/s = {:.0}% of a plain pinned copy ({:.1} GB/s); pageable {:.1} GB/s",
             mb(bytes as u64),

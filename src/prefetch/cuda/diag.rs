@@ -13,6 +13,7 @@ use crate::transform::Dtype;
 
 /// What `imagefeed gpu-info` prints: the driver, every device, and whether pinned memory and
 /// the normalize kernel work.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn info() -> Result<String, Error> {
     use std::fmt::Write as _;
     if !driver_present() {
@@ -84,6 +85,7 @@ pub(crate) fn info() -> Result<String, Error> {
 
 /// Host-to-device copy bandwidth for one size, in GB/s (1e9 bytes a second).
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) struct CopyBandwidth {
     pub(crate) bytes: usize,
     /// The loader's path: write-combined pinned memory, asynchronous copies on a dedicated
@@ -96,6 +98,7 @@ pub(crate) struct CopyBandwidth {
 }
 
 /// Measures [`CopyBandwidth`] for `bytes`-sized copies on device `ordinal`.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn copy_bandwidth(ordinal: usize, bytes: usize) -> Result<CopyBandwidth, Error> {
     let ctx = context(ordinal)?;
     guarded(ordinal, || {
@@ -166,6 +169,7 @@ pub(crate) fn copy_bandwidth(ordinal: usize, bytes: usize) -> Result<CopyBandwid
 
 /// The device data of a batch converted to `f32` (exactly: every dtype converts losslessly),
 /// copied back into a normal `Vec` on the loader's stream.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn download_f32(batch: &CudaBatch<'_>) -> Result<Vec<f32>, Error> {
     let n = batch.ordinal();
     let s = batch.stream();

@@ -40,6 +40,7 @@ mod tests;
 
 pub(crate) use batch::take_images;
 pub use batch::{CudaBatch, OwnedCudaBatch, OwnedCudaImages};
+#[cfg(feature = "unstable-tools")]
 pub(crate) use diag::{copy_bandwidth, download_f32, info};
 pub(crate) use staging::{CudaSlot, CudaStaging};
 

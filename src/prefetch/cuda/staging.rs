@@ -212,6 +212,7 @@ impl CudaStaging {
         self.ordinal
     }
 
+    #[cfg(any(test, feature = "__testing"))]
     pub(crate) fn ring(&self) -> &SlotRing<CudaSlot> {
         &self.ring
     }

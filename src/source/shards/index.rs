@@ -400,6 +400,7 @@ pub(crate) fn index_shard<R: Read>(
 }
 
 /// Indexes an in-memory shard (the `index_tar` fuzz target): the number of samples.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn index_bytes(bytes: &[u8]) -> Result<usize, Error> {
     let mut archive = tar::Archive::new(std::io::Cursor::new(bytes));
     let entries = archive

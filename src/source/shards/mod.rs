@@ -24,9 +24,11 @@ use std::path::{Path, PathBuf};
 
 use super::list::parse_label;
 use crate::error::{DecodeFailure, Error};
+#[cfg(feature = "unstable-tools")]
+pub(crate) use index::index_bytes;
+pub(crate) use index::index_local;
 #[cfg(feature = "remote")]
 pub(crate) use index::{assemble, index_shard, Head};
-pub(crate) use index::{index_bytes, index_local};
 pub(crate) use read::ShardCursor;
 #[cfg(feature = "remote")]
 pub(crate) use sidecar::{parse_sidecar, sidecar_name};

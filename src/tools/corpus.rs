@@ -18,12 +18,12 @@ use crate::rng::Rng;
 
 /// The embedded photographs (see `testdata/README.md` for their origin and licence).
 pub const PHOTOS: [&[u8]; 6] = [
-    include_bytes!("../testdata/photos/photo_0.jpg"),
-    include_bytes!("../testdata/photos/photo_1.jpg"),
-    include_bytes!("../testdata/photos/photo_2.jpg"),
-    include_bytes!("../testdata/photos/photo_3.jpg"),
-    include_bytes!("../testdata/photos/photo_4.jpg"),
-    include_bytes!("../testdata/photos/photo_5.jpg"),
+    include_bytes!("../../testdata/photos/photo_0.jpg"),
+    include_bytes!("../../testdata/photos/photo_1.jpg"),
+    include_bytes!("../../testdata/photos/photo_2.jpg"),
+    include_bytes!("../../testdata/photos/photo_3.jpg"),
+    include_bytes!("../../testdata/photos/photo_4.jpg"),
+    include_bytes!("../../testdata/photos/photo_5.jpg"),
 ];
 
 /// The number of classes of a generated corpus.

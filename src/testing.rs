@@ -1,0 +1,36 @@
+//! Hooks for imagefeed's own tests, behind the `__testing` feature (never on in a dependent's
+//! build): a panic injected at one sample, a cache file system that seems full, a device slot
+//! ring staged in host memory, and a look at that ring.
+
+use crate::builder::LoaderBuilder;
+use crate::loader::Loader;
+
+impl LoaderBuilder {
+    /// Testing aid: on the host, run batches through the device slot ring with host memory
+    /// standing in for the GPU (see `prefetch/host.rs`).
+    pub fn simulate_device_staging(mut self, on: bool) -> Self {
+        self.cfg.simulate_device = on;
+        self
+    }
+
+    /// Testing aid: make the decode thread panic on the sample with this dataset index.
+    pub fn inject_panic_at_index(mut self, index: u64) -> Self {
+        self.cfg.panic_on_index = Some(index);
+        self
+    }
+
+    /// Testing aid: pretend the cache's file system has this many bytes free.
+    pub fn simulate_cache_free_space(mut self, bytes: u64) -> Self {
+        self.cfg.cache_free_space_override = Some(bytes);
+        self
+    }
+}
+
+impl Loader {
+    /// Testing aid: the device slot ring's `(capacity, created, free)` slots (zeros without a
+    /// ring).
+    pub fn device_slots(&self) -> (usize, usize, usize) {
+        let (created, free) = self.staging.slot_use();
+        (self.staging.slots(), created, free)
+    }
+}

@@ -1,0 +1,133 @@
+//! Entry points for the fuzz targets in `fuzz/`: the pure cores that take untrusted bytes.
+
+use std::path::{Path, PathBuf};
+
+use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
+use crate::transform::{BatchStorage, Draw, Dtype, Geometry, Layout, Normalizer, ResizeFilter};
+
+/// Decodes `bytes` (named `name`, whose extension matters), resizes to `size`×`size`, orients
+/// and normalizes to f32 NCHW, with a small `max_pixels`. Odd sizes deliver JPEGs with
+/// damaged data (`accept_jpeg_warnings`). Returns whether it decoded. With a cropping
+/// transform, a file that decoded is decoded again through the table of files read to their
+/// end; the harness panics (a fuzzing finding) if that gives an error or other pixels.
+pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool {
+    let settings = DecodeSettings {
+        max_pixels: 16_000_000,
+        apply_exif: true,
+        check_extension: true,
+        dct_scaling: true,
+        accept_jpeg_warnings: size % 2 == 1,
+        planes: true,
+        jpeg_decoder: if zune {
+            JpegDecoder::Zune
+        } else {
+            JpegDecoder::Auto
+        },
+    };
+    let size = size.clamp(1, 256);
+    let geom = Geometry {
+        width: size,
+        height: size,
+        // Every transform, the cropping ones with a box drawn from the input's length.
+        transform: match bytes.len() % 4 {
+            0 => crate::Transform::Stretch,
+            1 => crate::Transform::ShorterSideCenterCrop,
+            2 => crate::Transform::center_crop(),
+            _ => crate::Transform::random_resized_crop(),
+        },
+        flip: 0.5,
+        filter: if bytes.len().is_multiple_of(3) {
+            ResizeFilter::Antialiased
+        } else {
+            ResizeFilter::Bilinear
+        },
+    };
+    let mut decoder = Decoder::new(settings);
+    // A loader's table of files read to their end (strict cropped decodes): the first decode
+    // records a clean file, the second then stops below its box and must give the same pixels.
+    const INDICES: u64 = 1024;
+    decoder.verified = Some(std::sync::Arc::new(crate::decode::VerifiedFiles::new(
+        INDICES as usize,
+    )));
+    let mut out = vec![0u8; geom.sample_len()];
+    let gate = LargeGate::default();
+    let mut decode = |out: &mut [u8]| {
+        decoder
+            .decode_resize(
+                bytes,
+                Path::new(name),
+                &geom,
+                crate::decode::Target::Sample(Draw {
+                    seed: 0,
+                    epoch: 0,
+                    index: bytes.len() as u64 % INDICES,
+                }),
+                false,
+                &gate,
+                out,
+            )
+            .is_ok()
+    };
+    let ok = decode(&mut out);
+    if ok && geom.transform.crops() {
+        let mut again = vec![0u8; out.len()];
+        assert!(
+            decode(&mut again) && again == out,
+            "a second decode of a file that decoded gave an error or other pixels"
+        );
+    }
+    if ok {
+        let norm = Normalizer::new([0.5; 3], [0.25; 3], Layout::Nchw);
+        let mut batch = BatchStorage::new(Dtype::F32, out.len());
+        norm.write(&out, &mut batch, 0);
+    }
+    ok
+}
+
+/// Parses `bytes` as a file list. Returns the number of entries, or `None` for an error.
+pub fn parse_list(bytes: &[u8]) -> Option<usize> {
+    crate::source::list::parse_list(Path::new("fuzz.txt"), PathBuf::from("/data"), bytes)
+        .ok()
+        .map(|i| i.len())
+}
+
+/// Indexes `bytes` as a WebDataset tar shard, as opening a shard does (headers, `.cls` labels,
+/// bounds against the shard's size). Returns the number of samples, or `None` for an error.
+pub fn index_tar(bytes: &[u8]) -> Option<usize> {
+    crate::source::shards::index_bytes(bytes).ok()
+}
+
+/// Parses `bytes` as a cache header and reads every record it claims, as the cache reader
+/// does. Returns the number of records that decoded.
+pub fn read_cache(bytes: &[u8]) -> usize {
+    use crate::cache::format::{decode_record, Header, HEADER_LEN};
+    let Some(head) = bytes.get(..HEADER_LEN as usize) else {
+        let _ = Header::decode(bytes);
+        return 0;
+    };
+    let Ok(header) = Header::decode(head) else {
+        return 0;
+    };
+    let mut good = 0;
+    for i in 0..header.count.min(1000) {
+        let Some(start) = header
+            .record_offset(i)
+            .and_then(|s| usize::try_from(s).ok())
+        else {
+            break;
+        };
+        let Some(end) = usize::try_from(header.record_len())
+            .ok()
+            .and_then(|l| start.checked_add(l))
+        else {
+            break;
+        };
+        let Some(rec) = bytes.get(start..end) else {
+            break;
+        };
+        if decode_record(rec, i as u32, header.sample_len()).is_ok() {
+            good += 1;
+        }
+    }
+    good
+}
