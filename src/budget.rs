@@ -276,7 +276,8 @@ mod tests {
     #[test]
     fn a_source_of_large_photos_raises_the_decode_share() {
         let dir = tempfile::tempdir().unwrap();
-        let corpus = crate::tools::corpus::generate_sized(dir.path(), 4, 1, Some((3000, 3000))).unwrap();
+        let corpus =
+            crate::tools::corpus::generate_sized(dir.path(), 4, 1, Some((3000, 3000))).unwrap();
         let photos = Source::from_list_file(&corpus.list).unwrap();
         let small = LoaderBuilder::new(source()).memory_budget();
         let large = LoaderBuilder::new(photos).memory_budget();

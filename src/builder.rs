@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::batch::{Dtype, Layout};
 use crate::budget::MemoryBudget;
 use crate::cache::Cache;
 use crate::config::{CachePolicy, Config, Device, ShardPadding};
@@ -11,7 +12,7 @@ use crate::decode::JpegDecoder;
 use crate::error::{Error, OnError};
 use crate::loader::Loader;
 use crate::source::Source;
-use crate::transform::{Dtype, Layout, ResizeFilter, ResizeMode, Transform};
+use crate::transform::{ResizeFilter, ResizeMode, Transform};
 
 /// Builds a [`Loader`]. Every setting has a documented default; [`build`](Self::build)
 /// validates them all and starts no thread.

@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
+use crate::batch::{Dtype, Layout};
 use crate::decode::{DecodeSettings, JpegDecoder};
 use crate::error::OnError;
-use crate::transform::{Dtype, Geometry, Layout, ResizeFilter, Transform};
+use crate::transform::{Geometry, ResizeFilter, Transform};
 
 /// Reorder-window positions per decode thread. Decode times vary more than tenfold within a
 /// corpus (~7 ms for a photo large enough for 1/8 scale, ~0.3 ms for one too small to scale),

@@ -92,6 +92,7 @@ mod cache;
 mod config;
 mod decode;
 mod error;
+mod image;
 mod launch;
 mod loader;
 mod memory_limit;
@@ -99,6 +100,7 @@ mod pipeline;
 mod prefetch;
 mod rng;
 mod shuffle;
+mod simd;
 mod source;
 mod stats;
 mod tensors;
@@ -110,7 +112,7 @@ pub mod tools;
 mod transform;
 mod tune;
 
-pub use batch::{Batch, Images, OwnedBatch, OwnedImages};
+pub use batch::{Batch, Dtype, Images, Layout, OwnedBatch, OwnedImages};
 pub use budget::MemoryBudget;
 pub use builder::LoaderBuilder;
 pub use config::{CachePolicy, Device, ShardPadding};
@@ -121,7 +123,7 @@ pub use loader::{Batches, Loader, LoaderState};
 pub use source::shards::{write_shards, ShardsWritten};
 pub use source::{RemoteOptions, Source, SourceKind};
 pub use stats::Stats;
-pub use transform::{Dtype, Layout, ResizeFilter, ResizeMode, Transform};
+pub use transform::{ResizeFilter, ResizeMode, Transform};
 
 /// The cudarc version imagefeed uses, for the types [`CudaBatch`] hands out.
 #[cfg(feature = "cuda")]

@@ -45,6 +45,17 @@ const PAGE: u64 = 4096;
 /// Where a file that fills records the machine's boot (see `boot_stamp`).
 const BOOT_AT: usize = 96;
 
+/// Bytes after a base record's pixels (a random transform's base image): its full width and
+/// height and the size of the fitted image in the record, u32 little-endian each (written and
+/// read by `transform/base.rs`).
+pub(crate) const BASE_TRAILER: usize = 16;
+
+/// The version of the resize's arithmetic (`transform/resample.rs`), recorded in caches: bump it
+/// whenever the same image and settings would give other `u8` samples, so caches of the old samples are rebuilt.
+/// (0: caches from before it was recorded, whose samples fast_image_resize made; 1: JPEGs
+/// resized as RGB after libjpeg-turbo's upsampling and colour conversion.)
+pub(crate) const RESAMPLER_VERSION: u8 = 2;
+
 /// The resize mode byte of a cache of base images (a random transform).
 pub(crate) const BASE_MODE: u8 = 3;
 
@@ -65,7 +76,7 @@ pub(crate) struct Header {
     /// The resize filter ([`ResizeFilter`](crate::ResizeFilter) as a number).
     pub(crate) resize_filter: u8,
     /// The version of the resize code that made the samples
-    /// ([`RESAMPLER_VERSION`](crate::transform::RESAMPLER_VERSION)); 0 in caches written
+    /// ([`RESAMPLER_VERSION`](RESAMPLER_VERSION)); 0 in caches written
     /// before it was recorded.
     pub(crate) resampler: u8,
     pub(crate) max_pixels: u64,
@@ -78,7 +89,7 @@ impl Header {
     /// [`BASE_MODE`]) a base image with its sizes.
     pub(crate) fn sample_len(&self) -> usize {
         let trailer = if self.resize_mode == BASE_MODE {
-            crate::transform::BASE_TRAILER
+            BASE_TRAILER
         } else {
             0
         };
@@ -192,7 +203,7 @@ impl Header {
             .and_then(|p| p.checked_mul(3))
             .and_then(|s| {
                 let trailer = if h.resize_mode == BASE_MODE {
-                    crate::transform::BASE_TRAILER as u64
+                    BASE_TRAILER as u64
                 } else {
                     0
                 };

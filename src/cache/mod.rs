@@ -378,7 +378,7 @@ impl Cache {
             // samples are recorded as failures). Caches written before bit 1 read as 0 or 1.
             decode_flags: u8::from(cfg.check_extension) | (u8::from(cfg.accept_jpeg_warnings) << 1),
             resize_filter: cfg.resize_filter as u8,
-            resampler: crate::transform::RESAMPLER_VERSION,
+            resampler: format::RESAMPLER_VERSION,
             max_pixels: cfg.max_pixels,
             count: source.len() as u64,
             fingerprint,

@@ -8,7 +8,7 @@ use super::gate::GateGuard;
 use super::header::{self, JpegInfo};
 use super::{fail, rgb_bytes, Decoder, Job, JpegDecoder};
 use crate::error::Error;
-use crate::transform::{Decoded, Pixels, Planes, Rect};
+use crate::image::{Decoded, Pixels, Planes, Rect};
 
 impl Decoder {
     pub(super) fn decode_jpeg<'a, 'g>(

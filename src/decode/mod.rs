@@ -45,7 +45,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::{DecodeFailure, Error};
-use crate::transform::{Decoded, Draw, Geometry, Rect, Resizer};
+use crate::image::{Decoded, Rect};
+use crate::transform::{Draw, Geometry, Resizer};
 pub(crate) use gate::{
     GateGuard, LargeGate, LARGE_BYTES_PER_PIXEL, LARGE_SHARED_BYTES, RETAIN_BYTES,
     SMALL_DECODE_BYTES,

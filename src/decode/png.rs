@@ -7,7 +7,7 @@ use super::gate::{GateGuard, LARGE_BYTES_PER_PIXEL, RETAIN_BYTES};
 use super::header;
 use super::{fail, rgb_bytes, Decoder, Job};
 use crate::error::Error;
-use crate::transform::{Decoded, Pixels};
+use crate::image::{Decoded, Pixels};
 
 impl Decoder {
     pub(super) fn decode_png<'a, 'g>(

@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::handoff::HandoffReceiver;
 use super::EpochShared;
+use crate::batch::Normalizer;
 use crate::batch::{Batch, Batcher};
 use crate::config::BatchFormat;
 use crate::error::{Error, ErrorKind, OnError};
@@ -18,7 +19,6 @@ use crate::prefetch::BatchParts;
 use crate::rng::{self, Rng};
 use crate::shuffle::ShuffleBuffer;
 use crate::stats::add;
-use crate::transform::Normalizer;
 
 pub(super) struct Sink<'a> {
     shared: &'a EpochShared,

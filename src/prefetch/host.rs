@@ -12,10 +12,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::{SlotLease, SlotMemory, SlotRing};
+use crate::batch::{BatchStorage, Normalizer};
 use crate::config::Config;
 use crate::error::Error;
 use crate::stats::StatsCell;
-use crate::transform::{BatchStorage, Normalizer};
 
 /// One simulated slot: a host buffer for one `u8` batch.
 #[derive(Debug)]

@@ -62,10 +62,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::batch::{BatchStorage, Dtype};
 use crate::config::{BatchFormat, Config, Device};
 use crate::error::Error;
 use crate::stats::StatsCell;
-use crate::transform::{BatchStorage, Dtype};
 
 /// How often a batcher waiting for a free slot checks whether its epoch was cancelled.
 const CANCEL_POLL: Duration = Duration::from_millis(10);

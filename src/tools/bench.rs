@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
+use crate::batch::{BatchStorage, Dtype, Layout, Normalizer};
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
-use crate::transform::{BatchStorage, Draw, Dtype, Geometry, Layout, Normalizer, ResizeFilter};
+use crate::transform::{Draw, Geometry, ResizeFilter};
 
 /// A decoder for the criterion benches (`benches/decode.rs`): the loader's per-thread decoder
 /// with its buffers.
@@ -138,8 +139,8 @@ impl BenchResizer {
             flip: 0.0,
             filter,
         };
-        let decoded = crate::transform::Decoded {
-            pixels: crate::transform::Pixels::Rgb(rgb),
+        let decoded = crate::image::Decoded {
+            pixels: crate::image::Pixels::Rgb(rgb),
             width,
             height,
             orientation: 1,
@@ -178,7 +179,7 @@ pub fn normalize_batch(
 /// The vector kernels the resize and normalize run in this process: `"avx512"`, `"avx2"` or
 /// `"portable"` (AVX-512 by default on AMD CPUs only; `IMAGEFEED_AVX512=on|off` overrides).
 pub fn simd_kernels() -> &'static str {
-    crate::transform::simd::kernels_name()
+    crate::simd::kernels_name()
 }
 
 /// Pushes `n` items through a shuffle buffer of `capacity` and drains it; returns a checksum.

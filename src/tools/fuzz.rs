@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::batch::{BatchStorage, Dtype, Layout, Normalizer};
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
-use crate::transform::{BatchStorage, Draw, Dtype, Geometry, Layout, Normalizer, ResizeFilter};
+use crate::transform::{Draw, Geometry, ResizeFilter};
 
 /// Decodes `bytes` (named `name`, whose extension matters), resizes to `size`×`size`, orients
 /// and normalizes to f32 NCHW, with a small `max_pixels`. Odd sizes deliver JPEGs with

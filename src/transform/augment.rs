@@ -7,6 +7,7 @@
 //! coordinates (after EXIF orientation) from the image's header dimensions, then mapped to the
 //! stored frame, so the decoder can decode only that box (`decode/jpeg.rs`).
 
+use crate::image::Rect;
 use crate::rng::Rng;
 
 /// Stage tags of the per-sample generators: the crop's draws and the flip's are independent.
@@ -160,46 +161,6 @@ impl Transform {
         k[1..9].copy_from_slice(&a.to_le_bytes());
         k[9..17].copy_from_slice(&f64::to_le_bytes(b));
         k
-    }
-}
-
-/// A box in pixel coordinates: `[x, x + w) × [y, y + h)`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Rect {
-    pub(crate) x: f64,
-    pub(crate) y: f64,
-    pub(crate) w: f64,
-    pub(crate) h: f64,
-}
-
-impl Rect {
-    pub(crate) fn whole(w: u32, h: u32) -> Rect {
-        Rect {
-            x: 0.0,
-            y: 0.0,
-            w: f64::from(w),
-            h: f64::from(h),
-        }
-    }
-
-    /// The box scaled by `sx` horizontally and `sy` vertically.
-    pub(crate) fn scaled(self, sx: f64, sy: f64) -> Rect {
-        Rect {
-            x: self.x * sx,
-            y: self.y * sy,
-            w: self.w * sx,
-            h: self.h * sy,
-        }
-    }
-
-    /// The box moved by `(-dx, -dy)`.
-    #[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
-    pub(crate) fn shifted(self, dx: f64, dy: f64) -> Rect {
-        Rect {
-            x: self.x - dx,
-            y: self.y - dy,
-            ..self
-        }
     }
 }
 

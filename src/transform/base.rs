@@ -6,11 +6,11 @@
 //! Record layout: `side`×`side`×3 bytes holding the `bw`×`bh` RGB8 image at the start, then
 //! [`BASE_TRAILER`] bytes: full width, full height, `bw`, `bh` (u32 little-endian each).
 
-use super::augment::{crop_box, display_dims, Draw, Rect, Transform};
-use super::{Decoded, Geometry, Pixels, ResizeFilter, Resizer};
+use super::augment::{crop_box, display_dims, Draw, Transform};
+use super::{Geometry, ResizeFilter, Resizer};
+use crate::image::{Decoded, Pixels, Rect};
 
-/// Bytes after a base record's pixels: four sizes.
-pub(crate) const BASE_TRAILER: usize = 16;
+use crate::cache::format::BASE_TRAILER;
 
 /// Bytes of a base record for `side`.
 pub(crate) fn base_len(side: u32) -> usize {

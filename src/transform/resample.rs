@@ -26,7 +26,8 @@
 //! bilinear interpolation of `tf.image.resize`. Weights are rounded to 14 bits and sum to
 //! exactly 1, so a flat image stays flat.
 
-use super::{grow, simd};
+use super::grow;
+use crate::simd;
 
 /// Fraction bits of the fixed-point weights.
 const BITS: u32 = 14;

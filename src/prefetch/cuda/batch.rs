@@ -8,9 +8,9 @@ use half::{bf16, f16};
 
 use super::driver::{drv, guarded};
 use super::staging::CudaSlot;
+use crate::batch::{Dtype, Layout};
 use crate::config::BatchFormat;
 use crate::error::Error;
-use crate::transform::{Dtype, Layout};
 
 /// A batch in GPU memory, borrowed from a [`Batch`](crate::Batch) with
 /// [`Batch::cuda`](crate::Batch::cuda). The device memory stays valid, and is not reused, until

@@ -8,8 +8,8 @@ use cudarc::driver::{sys, CudaContext, CudaStream, DevicePtr, PinnedHostSlice};
 use super::batch::CudaBatch;
 use super::driver::{context, driver_present, drv, guarded, no_driver};
 use super::kernel::{kernel_ptx, load_kernel};
+use crate::batch::Dtype;
 use crate::error::Error;
-use crate::transform::Dtype;
 
 /// What `imagefeed gpu-info` prints: the driver, every device, and whether pinned memory and
 /// the normalize kernel work.

@@ -7,9 +7,9 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
 
 use super::driver::{library_present, NVRTC_NAMES};
+use crate::batch::{Dtype, Layout};
 use crate::config::Config;
 use crate::error::panic_message;
-use crate::transform::{Dtype, Layout};
 
 /// Threads per block of the normalize kernel.
 pub(super) const BLOCK: u32 = 256;

@@ -12,12 +12,12 @@ use cudarc::driver::{
 use super::driver::{context, drv, guarded};
 use super::kernel::{load_kernel, KernelParams, BLOCK, MAX_BLOCKS};
 use super::mb;
+use crate::batch::{BatchStorage, Dtype, Layout};
 use crate::config::BatchFormat;
 use crate::config::Config;
 use crate::error::Error;
 use crate::prefetch::{SlotLease, SlotMemory, SlotRing};
 use crate::stats::StatsCell;
-use crate::transform::{BatchStorage, Dtype, Layout};
 
 /// How a loader's batches reach the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

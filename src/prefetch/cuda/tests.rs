@@ -5,8 +5,8 @@ use half::bf16;
 use super::diag::info;
 use super::driver::{context, driver_present};
 use super::kernel::KernelParams;
+use crate::batch::{BatchStorage, Dtype, Layout};
 use crate::config::Config;
-use crate::transform::{BatchStorage, Dtype, Layout};
 
 #[test]
 fn kernel_params_match_the_kernel_struct() {
@@ -22,7 +22,7 @@ fn kernel_constants_match_the_host_normalizer() {
         ..Config::default()
     };
     let p = KernelParams::new(&cfg);
-    let host = crate::transform::Normalizer::new(cfg.mean, cfg.std, cfg.layout);
+    let host = crate::batch::Normalizer::new(cfg.mean, cfg.std, cfg.layout);
     let mut out = BatchStorage::new(Dtype::F32, 3);
     for v in 0..=255u8 {
         host.write(&[v, v, v], &mut out, 0);
@@ -70,7 +70,7 @@ fn kernel_indexing_matches_the_host_layouts() {
         let sample = 3 * 5 * 3;
         let images = 4;
         let src: Vec<u8> = (0..images * sample).map(|i| (i * 37 % 251) as u8).collect();
-        let host = crate::transform::Normalizer::new(cfg.mean, cfg.std, layout);
+        let host = crate::batch::Normalizer::new(cfg.mean, cfg.std, layout);
         let mut want = BatchStorage::new(Dtype::F32, images * sample);
         for (k, px) in src.chunks_exact(sample).enumerate() {
             host.write(px, &mut want, k);
