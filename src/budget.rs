@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-use crate::config::{Config, Device};
-use crate::decode::{LARGE_BYTES_PER_PIXEL, LARGE_SHARED_BYTES, RETAIN_BYTES, SMALL_DECODE_BYTES};
+use crate::config::Config;
+use crate::decode::{LARGE_SHARED_BYTES, SMALL_DECODE_BYTES};
+use crate::prefetch::Device;
 use crate::source::Source;
 
 /// The host memory a loader may hold, computed from its settings before it runs: two numbers.
@@ -110,27 +111,18 @@ impl MemoryBudget {
     pub(crate) fn compute(cfg: &Config, source: &Source) -> MemoryBudget {
         // Saturating throughout: a shuffle buffer of 2^62 samples must fail the memory check,
         // not wrap around to a few kilobytes and pass it.
-        let sample = cfg.sample_len() as u64;
-        let threads = cfg.max_threads() as u64;
+        let sample = cfg.output.sample_len() as u64;
+        let threads = cfg.tuning.max_threads() as u64;
         let n = source.len() as u64;
-        let batch = ((cfg.batch_elems() as u64).saturating_mul(cfg.dtype.size() as u64))
-            .saturating_add((cfg.batch_size as u64).saturating_mul(4 + 8));
-        // A random-access source's shuffle buffer holds sample indices (4 bytes), never more
-        // than the source has.
-        let shuffle_buffer_bytes = if cfg.sample_shuffle_buffer() > 0 {
-            (cfg.sample_shuffle_buffer() as u64).saturating_mul(sample)
-        } else {
-            (cfg.shuffle_buffer as u64).min(n) * 4
-        };
-        let share =
-            crate::decode::typical_working_set(source, &cfg.decode_settings(), &cfg.geometry())
-                .max(SMALL_DECODE_BYTES);
+        let batch = cfg.output.batch_bytes();
+        let share = crate::decode::typical_working_set(source, &cfg.decode, &cfg.geometry())
+            .max(SMALL_DECODE_BYTES);
         // The fetch stage holds at most the reorder window's samples (its channel and the
         // window bound them) and at most its byte bound: typically the window's worth of
         // average samples (with half again for the spread of sizes), the bound at worst.
         let fetch_bound = source.backing.byte_bound().unwrap_or(0);
         let fetch_typical = match source.mean_sample_bytes() {
-            Some(mean) => ((cfg.reorder_window() as u64).saturating_add(threads))
+            Some(mean) => ((cfg.tuning.reorder_window() as u64).saturating_add(threads))
                 .saturating_mul(mean.saturating_add(mean / 2))
                 .min(fetch_bound),
             None => fetch_bound,
@@ -146,44 +138,29 @@ impl MemoryBudget {
                 })
                 // A rank's plan is its share, taken from the epoch's whole order while both
                 // are held.
-                .saturating_add(if cfg.world_size > 1 {
+                .saturating_add(if cfg.shard.world_size > 1 {
                     crate::pipeline::plan_len(cfg, source.len()) as u64 * 4
                 } else {
                     0
                 })
                 // A cache that fills: a bit a record of what is present, and the presence
                 // map read 64 KiB at a time.
-                .saturating_add(if cfg.cache.is_some() {
-                    n.div_ceil(8) + (1 << 16)
-                } else {
-                    0
-                }),
-            in_flight_bytes: ((cfg.reorder_window() as u64)
-                .saturating_add(cfg.batch_size as u64)
+                .saturating_add(cfg.cache.index_bytes(n)),
+            in_flight_bytes: ((cfg.tuning.reorder_window() as u64)
+                .saturating_add(cfg.output.batch_size as u64)
                 .saturating_add(2))
             .saturating_mul(sample),
-            shuffle_buffer_bytes,
-            decode_scratch_bytes: threads.saturating_mul(
-                share
-                    // A buffer kept from an earlier image that this one does not reuse.
-                    .saturating_add(RETAIN_BYTES)
-                    // The orientation copy and the resized planes of a JPEG decoded to planes.
-                    .saturating_add(2 * sample)
-                    .saturating_add(crate::transform::RESIZE_RETAINED_BYTES as u64)
-                    // A random transform's base image read from or written to a cache.
-                    .saturating_add(
-                        cfg.cache_base_side()
-                            .map_or(0, |s| crate::transform::base_len(s) as u64),
-                    ),
-            ),
+            shuffle_buffer_bytes: cfg.shuffle.bytes(sample, n),
+            decode_scratch_bytes: threads.saturating_mul(crate::decode::thread_bytes(
+                share,
+                sample,
+                cfg.cache_base_side(),
+            )),
             thread_bytes: threads.saturating_add(2).saturating_mul(THREAD_BYTES),
             decode_share_bytes: share,
             large_shared_bytes: share.max(LARGE_SHARED_BYTES),
-            large_image_bytes: cfg
-                .max_pixels
-                .saturating_mul(LARGE_BYTES_PER_PIXEL)
-                .saturating_add(cfg.decode_settings().max_file_bytes()),
-            batch_bytes: (cfg.max_prefetch() as u64)
+            large_image_bytes: cfg.decode.large_image_bytes(),
+            batch_bytes: (cfg.tuning.max_prefetch() as u64)
                 .saturating_add(3)
                 .saturating_mul(batch)
                 .saturating_add(pinned_bytes(cfg)),
@@ -198,7 +175,7 @@ const THREAD_BYTES: u64 = 2 << 20;
 
 /// Pinned host staging of a device loader (0 on the host).
 fn pinned_bytes(cfg: &Config) -> u64 {
-    match cfg.device {
+    match cfg.device.device {
         Device::Host => 0,
         Device::Cuda(_) => (cfg.device_slots() * cfg.staged_batch_bytes()) as u64,
     }

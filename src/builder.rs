@@ -7,10 +7,13 @@ use std::sync::Arc;
 use crate::batch::{Dtype, Layout};
 use crate::budget::MemoryBudget;
 use crate::cache::Cache;
-use crate::config::{CachePolicy, Config, Device, ShardPadding};
+use crate::cache::CachePolicy;
+use crate::config::Config;
 use crate::decode::JpegDecoder;
 use crate::error::{Error, OnError};
 use crate::loader::Loader;
+use crate::prefetch::Device;
+use crate::shard::ShardPadding;
 use crate::source::Source;
 use crate::transform::{ResizeFilter, ResizeMode, Transform};
 
@@ -47,39 +50,37 @@ impl Loader {
 
 impl LoaderBuilder {
     pub(crate) fn new(source: Source) -> Self {
-        let cfg = Config {
-            sequential_source: source.kind() == crate::SourceKind::TarShards,
-            source_len: source.len(),
-            ..Config::default()
-        };
+        let mut cfg = Config::default();
+        cfg.shuffle.sequential_source = source.backing.streams().is_some();
+        cfg.shuffle.source_len = source.len();
         LoaderBuilder { source, cfg }
     }
 
     /// Images per batch (default 64). Memory: each batch is `batch_size` × height × width × 3
     /// × the dtype's size (64 × 160 × 160 × 3 × 4 B = 19.7 MB for f32). At most 2^20.
     pub fn batch_size(mut self, n: usize) -> Self {
-        self.cfg.batch_size = n;
+        self.cfg.output.batch_size = n;
         self
     }
 
     /// A square output size in pixels (default 160).
     pub fn image_size(mut self, size_px: u32) -> Self {
-        self.cfg.height = size_px;
-        self.cfg.width = size_px;
+        self.cfg.output.height = size_px;
+        self.cfg.output.width = size_px;
         self
     }
 
     /// The output height and width in pixels (default 160 × 160).
     pub fn image_size_hw(mut self, height_px: u32, width_px: u32) -> Self {
-        self.cfg.height = height_px;
-        self.cfg.width = width_px;
+        self.cfg.output.height = height_px;
+        self.cfg.output.width = width_px;
         self
     }
 
     /// How images are fitted to the output size (default [`ResizeMode::Stretch`]): the same
     /// as [`transform`](Self::transform) with the fit's [`Transform`].
     pub fn resize_mode(mut self, mode: ResizeMode) -> Self {
-        self.cfg.transform = mode.into();
+        self.cfg.augment.transform = mode.into();
         self
     }
 
@@ -102,7 +103,7 @@ impl LoaderBuilder {
     /// # Ok::<(), imagefeed::Error>(())
     /// ```
     pub fn transform(mut self, transform: Transform) -> Self {
-        self.cfg.transform = transform;
+        self.cfg.augment.transform = transform;
         self
     }
 
@@ -110,27 +111,27 @@ impl LoaderBuilder {
     /// random transform, else 0). Drawn, like the crop, from the seed, the epoch and the
     /// sample's index.
     pub fn flip_horizontal(mut self, probability: f64) -> Self {
-        self.cfg.flip = Some(probability);
+        self.cfg.augment.flip = Some(probability);
         self
     }
 
     /// The resampling filter (default [`ResizeFilter::Antialiased`], Pillow's; or
     /// [`ResizeFilter::Bilinear`], TensorFlow's default resize, a little cheaper).
     pub fn resize_filter(mut self, filter: ResizeFilter) -> Self {
-        self.cfg.resize_filter = filter;
+        self.cfg.augment.filter = filter;
         self
     }
 
     /// The element type of batch images (default [`Dtype::F32`]). `F16`/`Bf16` halve batch
     /// memory, `U8` quarters it.
     pub fn dtype(mut self, dtype: Dtype) -> Self {
-        self.cfg.dtype = dtype;
+        self.cfg.output.dtype = dtype;
         self
     }
 
     /// The batch layout (default [`Layout::Nhwc`]).
     pub fn layout(mut self, layout: Layout) -> Self {
-        self.cfg.layout = layout;
+        self.cfg.output.layout = layout;
         self
     }
 
@@ -138,15 +139,15 @@ impl LoaderBuilder {
     /// `(x / 255 - mean) / std` (default mean 0, std 1, i.e. `x / 255`). Ignored for
     /// [`Dtype::U8`]. ImageNet's are `[0.485, 0.456, 0.406]` and `[0.229, 0.224, 0.225]`.
     pub fn normalize(mut self, mean: [f32; 3], std: [f32; 3]) -> Self {
-        self.cfg.mean = mean;
-        self.cfg.std = std;
+        self.cfg.output.mean = mean;
+        self.cfg.output.std = std;
         self
     }
 
     /// Visit samples in a new seeded permutation every epoch (default `true`; a perfect
     /// shuffle costing 4 bytes a sample). `false` keeps the source's order.
     pub fn shuffle(mut self, on: bool) -> Self {
-        self.cfg.shuffle = on;
+        self.cfg.shuffle.enabled = on;
         self
     }
 
@@ -159,7 +160,7 @@ impl LoaderBuilder {
     /// order, it holds decoded `u8` samples after decoding, mixing samples across shards:
     /// memory `n` × one sample (76.8 kB at 160 × 160), counted in the memory budget.
     pub fn shuffle_buffer(mut self, n: usize) -> Self {
-        self.cfg.shuffle_buffer = n;
+        self.cfg.shuffle.buffer = n;
         self
     }
 
@@ -173,7 +174,7 @@ impl LoaderBuilder {
     /// Decode threads the loader owns (default 0: one per core). Memory: about 40 MB of
     /// reusable buffers each, at most. At most 1024.
     pub fn decode_threads(mut self, n: usize) -> Self {
-        self.cfg.decode_threads = n;
+        self.cfg.tuning.decode_threads = n;
         self
     }
 
@@ -186,14 +187,14 @@ impl LoaderBuilder {
     /// [`Stats`](crate::Stats) reports the current settings; the output does not depend on
     /// them.
     pub fn autotune(mut self, on: bool) -> Self {
-        self.cfg.autotune = on;
+        self.cfg.tuning.autotune = on;
         self
     }
 
     /// Ready batches queued ahead of the consumer (default 2, at least 1). Memory: one batch
     /// each. At most 1024.
     pub fn prefetch(mut self, batches: usize) -> Self {
-        self.cfg.prefetch = batches;
+        self.cfg.tuning.prefetch = batches;
         self
     }
 
@@ -209,13 +210,13 @@ impl LoaderBuilder {
     /// by a decode thread (further files wait their turn or are read by their decode thread).
     /// Tar shards and objects are read ahead by their fetch stage instead.
     pub fn readahead(mut self, samples: usize) -> Self {
-        self.cfg.readahead = samples;
+        self.cfg.tuning.readahead = samples;
         self
     }
 
     /// Drop the last batch of an epoch if it is smaller than `batch_size` (default `false`).
     pub fn drop_remainder(mut self, on: bool) -> Self {
-        self.cfg.drop_remainder = on;
+        self.cfg.output.drop_remainder = on;
         self
     }
 
@@ -228,20 +229,20 @@ impl LoaderBuilder {
     /// Images with more pixels are refused from their header, before any pixel buffer exists
     /// (default 100,000,000). Memory: one such image at a time, about 11 bytes a pixel.
     pub fn max_pixels(mut self, pixels: u64) -> Self {
-        self.cfg.max_pixels = pixels;
+        self.cfg.decode.max_pixels = pixels;
         self
     }
 
     /// Apply the EXIF orientation tag (default `true`).
     pub fn apply_exif_orientation(mut self, on: bool) -> Self {
-        self.cfg.apply_exif = on;
+        self.cfg.decode.apply_exif = on;
         self
     }
 
     /// Require `.jpg`/`.jpeg` files to hold JPEG data and `.png` files PNG data (default
     /// `true`). `false` decodes whatever a supported file holds.
     pub fn check_extension(mut self, on: bool) -> Self {
-        self.cfg.check_extension = on;
+        self.cfg.decode.check_extension = on;
         self
     }
 
@@ -255,7 +256,7 @@ impl LoaderBuilder {
     /// libjpeg-turbo's own upsampling and colour conversion, as Pillow does: the reference
     /// `imagefeed floor` measures the quality cost against.
     pub fn dct_scaling(mut self, on: bool) -> Self {
-        self.cfg.dct_scaling = on;
+        self.cfg.decode.dct_scaling = on;
         self
     }
 
@@ -281,13 +282,13 @@ impl LoaderBuilder {
     /// torchvision's and DALI's crops deliver damaged files: the first epoch runs 10–14% faster,
     /// later ones alike (docs/PERFORMANCE.md, "Each file read to its end once").
     pub fn accept_jpeg_warnings(mut self, on: bool) -> Self {
-        self.cfg.accept_jpeg_warnings = on;
+        self.cfg.decode.accept_jpeg_warnings = on;
         self
     }
 
     /// Which JPEG decoder to use (default [`JpegDecoder::Auto`]).
     pub fn jpeg_decoder(mut self, decoder: JpegDecoder) -> Self {
-        self.cfg.jpeg_decoder = decoder;
+        self.cfg.decode.jpeg_decoder = decoder;
         self
     }
 
@@ -310,7 +311,7 @@ impl LoaderBuilder {
     /// write. A symbolic link is followed. See the module docs of the cache for crash safety,
     /// staleness and sharing between processes.
     pub fn cache(mut self, path: impl Into<PathBuf>) -> Self {
-        self.cfg.cache = Some(path.into());
+        self.cfg.cache.path = Some(path.into());
         self
     }
 
@@ -323,26 +324,26 @@ impl LoaderBuilder {
     /// boxes and cost disk and page cache. Without a cache, or with a transform that is not
     /// random, it has no effect (`build()` logs a warning).
     pub fn cache_max_side(mut self, side_px: u32) -> Self {
-        self.cfg.cache_max_side = Some(side_px);
+        self.cfg.cache.max_side = Some(side_px);
         self
     }
 
     /// What to do with a corrupt cache record (default [`CachePolicy::Fail`]).
     pub fn cache_policy(mut self, policy: CachePolicy) -> Self {
-        self.cfg.cache_policy = policy;
+        self.cfg.cache.policy = policy;
         self
     }
 
     /// Where batches are delivered (default [`Device::Host`]).
     pub fn device(mut self, device: Device) -> Self {
-        self.cfg.device = device;
+        self.cfg.device.device = device;
         self
     }
 
     /// With a [`Device::Cuda`] that cannot be used, log one warning and deliver host batches
     /// instead of failing in `build` (default `false`).
     pub fn fallback_to_host(mut self, on: bool) -> Self {
-        self.cfg.fallback_to_host = on;
+        self.cfg.device.fallback_to_host = on;
         self
     }
 
@@ -353,7 +354,7 @@ impl LoaderBuilder {
     /// are allocated in `build`, which fails if they exceed the cap. Either way `build` fails
     /// if they exceed the device's free memory. Ignored on the host.
     pub fn gpu_memory_limit(mut self, bytes: u64) -> Self {
-        self.cfg.gpu_memory_limit = Some(bytes);
+        self.cfg.device.gpu_memory_limit = Some(bytes);
         self
     }
 
@@ -362,7 +363,7 @@ impl LoaderBuilder {
     /// normalizes on the host and copies the output dtype. Results match within rounding
     /// (f32: bit-identical). Ignored on the host.
     pub fn gpu_normalize(mut self, on: bool) -> Self {
-        self.cfg.gpu_normalize = on;
+        self.cfg.device.gpu_normalize = on;
         self
     }
 
@@ -381,7 +382,7 @@ impl LoaderBuilder {
     #[cfg(feature = "cuda")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
     pub fn cuda_stream(mut self, stream: std::sync::Arc<cudarc::driver::CudaStream>) -> Self {
-        self.cfg.cuda_stream = Some(stream);
+        self.cfg.device.cuda_stream = Some(stream);
         self
     }
 
@@ -391,8 +392,8 @@ impl LoaderBuilder {
     /// batches ([`shard_padding`](Self::shard_padding)); a skipped sample is replaced by a copy
     /// of a good one so that counts stay equal (see [`Stats::padded`](crate::Stats::padded)).
     pub fn shard(mut self, rank: usize, world_size: usize) -> Self {
-        self.cfg.rank = rank;
-        self.cfg.world_size = world_size;
+        self.cfg.shard.rank = rank;
+        self.cfg.shard.world_size = world_size;
         self
     }
 
@@ -414,7 +415,7 @@ impl LoaderBuilder {
     /// How ranks get equal batch counts when the source does not divide evenly (default
     /// [`ShardPadding::EqualBatches`]).
     pub fn shard_padding(mut self, padding: ShardPadding) -> Self {
-        self.cfg.shard_padding = padding;
+        self.cfg.shard.padding = padding;
         self
     }
 
@@ -435,90 +436,7 @@ impl LoaderBuilder {
     /// [`ErrorKind::Device`](crate::ErrorKind::Device) for a device that cannot be used.
     pub fn build(self) -> Result<Loader, Error> {
         let cfg = &self.cfg;
-        if cfg.batch_size == 0 {
-            return Err(Error::config("batch_size", "must be at least 1"));
-        }
-        if cfg.height == 0 || cfg.width == 0 || cfg.height > 8192 || cfg.width > 8192 {
-            return Err(Error::config(
-                "image_size",
-                "each side must be 1..=8192 pixels",
-            ));
-        }
-        if cfg.std.iter().any(|s| !s.is_finite() || *s == 0.0)
-            || cfg.mean.iter().any(|m| !m.is_finite())
-        {
-            return Err(Error::config(
-                "normalize",
-                "mean must be finite and std finite and non-zero",
-            ));
-        }
-        check_normalized_range(cfg)?;
-        cfg.transform
-            .check()
-            .map_err(|m| Error::config("transform", m))?;
-        if cfg.cache_max_side.is_some_and(|s| s == 0 || s > 16_384) {
-            return Err(Error::config(
-                "cache_max_side",
-                "must be between 1 and 16384 pixels",
-            ));
-        }
-        if cfg.cache_max_side.is_some() && cfg.cache_base_side().is_none() {
-            // Not an error: a training script may set it for every loader it builds.
-            log::warn!(
-                "cache_max_side has no effect without a cache and a random transform \
-                 (this loader: cache {}, transform {})",
-                if cfg.cache.is_some() { "on" } else { "off" },
-                cfg.transform.name()
-            );
-        }
-        if !cfg.flip_probability().is_finite() || !(0.0..=1.0).contains(&cfg.flip_probability()) {
-            return Err(Error::config(
-                "flip_horizontal",
-                format!("probability {} is outside [0, 1]", cfg.flip_probability()),
-            ));
-        }
-        at_most("batch_size", cfg.batch_size, MAX_BATCH_SIZE)?;
-        if cfg.prefetch == 0 {
-            return Err(Error::config("prefetch", "must be at least 1"));
-        }
-        at_most("prefetch", cfg.prefetch, MAX_PREFETCH_SETTING)?;
-        at_most("readahead", cfg.readahead, MAX_READAHEAD)?;
-        at_most("decode_threads", cfg.decode_threads, MAX_DECODE_THREADS)?;
-        if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
-            return Err(Error::config(
-                "shard",
-                format!(
-                    "rank {} of world size {}: need world_size >= 1 and rank < world_size",
-                    cfg.rank, cfg.world_size
-                ),
-            ));
-        }
-        if cfg.world_size > 1
-            && cfg.shard_padding == ShardPadding::Drop
-            && self.source.len() < cfg.world_size
-        {
-            return Err(Error::config(
-                "shard",
-                format!(
-                    "{} samples cannot give each of {} ranks one with ShardPadding::Drop",
-                    self.source.len(),
-                    cfg.world_size
-                ),
-            ));
-        }
-        if cfg.max_pixels == 0 {
-            return Err(Error::config("max_pixels", "must be at least 1"));
-        }
-        if cfg
-            .batch_elems()
-            .checked_mul(cfg.dtype.size())
-            .is_none_or(|b| b > (1 << 40))
-        {
-            return Err(Error::config("batch_size", "a batch would exceed 1 TiB"));
-        }
-        if cfg.jpeg_decoder == JpegDecoder::TurboJpeg && !cfg!(feature = "turbojpeg") {
-            return Err(Error::feature_disabled("turbojpeg"));
-        }
+        cfg.validate(self.source.len())?;
         let budget = MemoryBudget::compute(cfg, &self.source);
         // Without a limit of the user's, the machine's (or container's) memory is the limit:
         // settings that could never fit fail here, not in the out-of-memory killer.
@@ -544,9 +462,14 @@ impl LoaderBuilder {
                 ));
             }
         }
-        let staging = crate::prefetch::Staging::open(cfg)?;
-        let cache = match &cfg.cache {
-            Some(path) => Some(Arc::new(Cache::new(path, cfg, &self.source)?)),
+        let staging = crate::prefetch::Staging::open(&cfg.device, &cfg.output, cfg.device_slots())?;
+        let cache = match &cfg.cache.path {
+            Some(path) => Some(Arc::new(Cache::new(
+                path,
+                &cfg.cache,
+                &cfg.cache_made_with(),
+                &self.source,
+            )?)),
             None => None,
         };
         Ok(Loader::new(
@@ -557,57 +480,6 @@ impl LoaderBuilder {
             cache,
         ))
     }
-}
-
-/// The most samples one batch may hold: far beyond any per-process training batch, and
-/// small enough that the loader's per-sample bookkeeping (channel slots sized by the batch)
-/// stays a few tens of megabytes whatever the memory limit.
-pub(crate) const MAX_BATCH_SIZE: usize = 1 << 20;
-/// The deepest prefetch queue a user may ask for (each batch in it is memory).
-pub(crate) const MAX_PREFETCH_SETTING: usize = 1024;
-/// The most files a user may ask to hint ahead.
-pub(crate) const MAX_READAHEAD: usize = 1 << 16;
-/// The most decode threads a user may ask for.
-pub(crate) const MAX_DECODE_THREADS: usize = 1024;
-
-/// Refuses a count setting over its cap (the caps keep channels and thread pools sized by
-/// these settings bounded even under a memory limit of `u64::MAX`).
-fn at_most(setting: &'static str, value: usize, max: usize) -> Result<(), Error> {
-    if value > max {
-        return Err(Error::config(
-            setting,
-            format!("{value} is over the most allowed, {max}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Refuses `mean`/`std` whose normalized pixels (`x / 255 - mean) / std` for `x` in 0..=255,
-/// computed as the pipeline does) are not finite, or do not fit the batch's float type: a
-/// `std` of `1e-45` passes "finite and non-zero" but makes every pixel infinite or NaN.
-fn check_normalized_range(cfg: &Config) -> Result<(), Error> {
-    let max = match cfg.dtype {
-        crate::Dtype::U8 => return Ok(()),
-        crate::Dtype::F16 => 65504.0,
-        _ => f32::MAX,
-    };
-    for c in 0..3 {
-        let scale = 1.0 / (255.0 * cfg.std[c]);
-        let bias = -cfg.mean[c] / cfg.std[c];
-        let ends = [bias, 255.0f32.mul_add(scale, bias), 255.0 * scale + bias];
-        if !scale.is_finite() || ends.iter().any(|v| !v.is_finite() || v.abs() > max) {
-            return Err(Error::config(
-                "normalize",
-                format!(
-                    "channel {c}: mean {:?} and std {:?} map pixels outside the finite range of {}",
-                    cfg.mean[c],
-                    cfg.std[c],
-                    cfg.dtype.name()
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn what_to_lower(b: &MemoryBudget) -> &'static str {
@@ -634,6 +506,8 @@ fn what_to_lower(b: &MemoryBudget) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::MAX_BATCH_SIZE;
+    use crate::tune::{MAX_DECODE_THREADS, MAX_PREFETCH_SETTING};
 
     fn source() -> Source {
         Source::from_entries([("a.jpg", 0u32), ("b.jpg", 1)]).unwrap()
@@ -643,10 +517,15 @@ mod tests {
     fn defaults_match_the_docs() {
         let c = Config::default();
         assert_eq!(
-            (c.batch_size, c.height, c.width, c.prefetch),
+            (
+                c.output.batch_size,
+                c.output.height,
+                c.output.width,
+                c.tuning.prefetch
+            ),
             (64, 160, 160, 2)
         );
-        assert_eq!(c.max_pixels, 100_000_000);
+        assert_eq!(c.decode.max_pixels, 100_000_000);
         assert_eq!(c.on_error, OnError::Fail);
     }
 
@@ -717,29 +596,25 @@ mod tests {
         })
         .unwrap();
         // A tar shard source's sample shuffle buffer is sized by the source, not the setting.
-        let cfg = Config {
-            shuffle_buffer: usize::MAX,
-            sequential_source: true,
-            source_len: 10,
-            ..Config::default()
-        };
-        assert_eq!(cfg.sample_shuffle_buffer(), 11);
+        let mut cfg = Config::default();
+        cfg.shuffle.buffer = usize::MAX;
+        cfg.shuffle.sequential_source = true;
+        cfg.shuffle.source_len = 10;
+        assert_eq!(cfg.shuffle.sample_buffer(), 11);
     }
 
     #[test]
     fn budgets_of_absurd_settings_saturate_instead_of_wrapping() {
         // 240191980126427 samples x 76,800 bytes wrapped to 41,984 bytes and passed the
         // memory check; the tar loader then asked for 7.7 PB.
-        let mut cfg = Config {
-            shuffle_buffer: 240_191_980_126_427,
-            sequential_source: true,
-            ..Config::default()
-        };
+        let mut cfg = Config::default();
+        cfg.shuffle.buffer = 240_191_980_126_427;
+        cfg.shuffle.sequential_source = true;
         let b = MemoryBudget::compute(&cfg, &source());
         assert_eq!((b.shuffle_buffer_bytes, b.total()), (u64::MAX, u64::MAX));
         // Over a random-access source the buffer holds at most the source's indices.
-        cfg.sequential_source = false;
-        cfg.shuffle_buffer = usize::MAX;
+        cfg.shuffle.sequential_source = false;
+        cfg.shuffle.buffer = usize::MAX;
         let b = MemoryBudget::compute(&cfg, &source());
         assert_eq!(b.shuffle_buffer_bytes, 2 * 4);
         assert!(b.total() < u64::MAX);
@@ -780,13 +655,11 @@ mod tests {
         // Files: the buffer shuffles indices before decoding, no sample is held (at most the
         // source's two indices).
         assert_eq!(more.shuffle_buffer_bytes, base.shuffle_buffer_bytes + 2 * 4);
-        let mut cfg = Config {
-            shuffle_buffer: 1000,
-            sequential_source: true,
-            ..Config::default()
-        };
+        let mut cfg = Config::default();
+        cfg.shuffle.buffer = 1000;
+        cfg.shuffle.sequential_source = true;
         let shards = MemoryBudget::compute(&cfg, &source());
-        cfg.shuffle_buffer = 0;
+        cfg.shuffle.buffer = 0;
         let none = MemoryBudget::compute(&cfg, &source());
         assert_eq!(
             shards.shuffle_buffer_bytes - none.shuffle_buffer_bytes,

@@ -218,6 +218,18 @@ impl Error {
             detail: detail.into(),
         })
     }
+    /// Refuses a count setting over its cap (the caps keep channels and thread pools sized by
+    /// these settings bounded even under a memory limit of `u64::MAX`).
+    pub(crate) fn at_most(setting: &'static str, value: usize, max: usize) -> Result<(), Error> {
+        if value > max {
+            return Err(Error::config(
+                setting,
+                format!("{value} is over the most allowed, {max}"),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn config(setting: &'static str, reason: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidConfig {
             setting,

@@ -10,10 +10,11 @@ use std::time::Instant;
 use crate::batch::Batch;
 use crate::budget::MemoryBudget;
 use crate::cache::Cache;
-use crate::config::{Config, Device};
+use crate::config::Config;
 use crate::decode::LargeGate;
 use crate::error::Error;
 use crate::pipeline::{self, Running, Split};
+use crate::prefetch::Device;
 use crate::prefetch::Staging;
 use crate::source::Source;
 use crate::stats::{add, Stats, StatsCell};
@@ -65,8 +66,8 @@ impl Loader {
         cache: Option<Arc<Cache>>,
     ) -> Self {
         let knobs = Arc::new(Mutex::new(Knobs {
-            threads: cfg.threads(),
-            prefetch: cfg.prefetch,
+            threads: cfg.tuning.threads(),
+            prefetch: cfg.tuning.prefetch,
         }));
         let pools = crate::pipeline::Pools::new(&cfg, source.len());
         let gate = LargeGate::for_loader(budget.decode_share_bytes, budget.large_shared_bytes);
@@ -139,7 +140,7 @@ impl Loader {
                  samples; resume with the settings that saved it"
                     .into(),
             )
-        } else if state.world_size != cfg.world_size {
+        } else if state.world_size != cfg.shard.world_size {
             match crate::pipeline::resplit(
                 cfg,
                 &self.source,
@@ -155,7 +156,7 @@ impl Loader {
                         state.epoch,
                         state.world_size,
                         state.position,
-                        cfg.world_size,
+                        cfg.shard.world_size,
                         crate::pipeline::split_len(&self.source, s)
                     );
                     None
@@ -190,9 +191,9 @@ impl Loader {
             let cfg = &self.cfg;
             let mut settings = format!(
                 "shuffle={} buffer={} padding={:?}",
-                cfg.shuffle, cfg.shuffle_buffer, cfg.shard_padding
+                cfg.shuffle.enabled, cfg.shuffle.buffer, cfg.shard.padding
             );
-            if cfg.shuffle_buffer > 0 && !crate::pipeline::contiguous(&self.source) {
+            if cfg.shuffle.buffer > 0 && !crate::pipeline::contiguous(&self.source) {
                 // The index shuffle buffer runs over the global order, before the ranks take
                 // their shares (it used to run over each share): sharded states saved before
                 // would resume another plan. (Independent of the world size, which may change.)
@@ -211,13 +212,13 @@ impl Loader {
         // Batches still to come when none is skipped (positions fall on batch boundaries).
         let remaining = self
             .batches_of(crate::pipeline::split_len(&self.source, split))
-            .saturating_sub(position / self.cfg.batch_size);
+            .saturating_sub(position / self.cfg.output.batch_size);
         let state = LoaderState {
             seed: self.cfg.seed,
             epoch,
             position: position as u64,
-            rank: self.cfg.rank,
-            world_size: self.cfg.world_size,
+            rank: self.cfg.shard.rank,
+            world_size: self.cfg.shard.world_size,
             source,
             settings,
             base: split.base,
@@ -241,10 +242,13 @@ impl Loader {
         match started {
             Ok(running) => Batches {
                 running: Some(running),
-                tuner: self
-                    .cfg
-                    .autotune
-                    .then(|| Tuner::new(self.knobs.clone(), self.cfg.max_threads(), &self.stats)),
+                tuner: self.cfg.tuning.autotune.then(|| {
+                    Tuner::new(
+                        self.knobs.clone(),
+                        self.cfg.tuning.max_threads(),
+                        &self.stats,
+                    )
+                }),
                 pending: None,
                 stats: self.stats.clone(),
                 state,
@@ -267,7 +271,7 @@ impl Loader {
     fn normalize_pool(&self) -> Option<Arc<rayon::ThreadPool>> {
         self.normalize_pool
             .get_or_init(|| {
-                let threads = self.cfg.threads();
+                let threads = self.cfg.tuning.threads();
                 if threads < 2 {
                     return None;
                 }
@@ -305,7 +309,7 @@ impl Loader {
     /// Samples this rank delivers per epoch (all of them without sharding; skipped samples
     /// are replaced by copies under sharding).
     pub fn samples_per_epoch(&self) -> usize {
-        let (n, w) = (self.len(), self.cfg.world_size);
+        let (n, w) = (self.len(), self.cfg.shard.world_size);
         if w <= 1 {
             n
         } else {
@@ -322,10 +326,10 @@ impl Loader {
     /// This rank's batches over `positions` of an epoch's order (no sample skipped).
     fn batches_of(&self, positions: usize) -> usize {
         let n = crate::pipeline::plan_len(&self.cfg, positions);
-        if self.cfg.drop_remainder {
-            n / self.cfg.batch_size
+        if self.cfg.output.drop_remainder {
+            n / self.cfg.output.batch_size
         } else {
-            n.div_ceil(self.cfg.batch_size)
+            n.div_ceil(self.cfg.output.batch_size)
         }
     }
 
@@ -346,7 +350,7 @@ impl Loader {
 
     /// Decode threads per epoch.
     pub fn decode_threads(&self) -> usize {
-        self.cfg.threads()
+        self.cfg.tuning.threads()
     }
 }
 

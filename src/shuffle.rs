@@ -4,6 +4,56 @@
 
 use crate::rng::Rng;
 
+/// The shuffle stage's settings: whether epochs are shuffled (a seeded permutation of the
+/// source, or of its streams), the bounded buffer, and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShuffleSettings {
+    pub(crate) enabled: bool,
+    /// `shuffle_buffer`: slots of the bounded buffer (0: none).
+    pub(crate) buffer: usize,
+    /// The source is read in order (tar shards): the buffer holds decoded samples. Otherwise it
+    /// shuffles sample indices before decoding.
+    pub(crate) sequential_source: bool,
+    /// Samples in the source (`usize::MAX` where a test builds settings without one).
+    pub(crate) source_len: usize,
+}
+
+impl Default for ShuffleSettings {
+    fn default() -> Self {
+        ShuffleSettings {
+            enabled: true,
+            buffer: 0,
+            sequential_source: false,
+            source_len: usize::MAX,
+        }
+    }
+}
+
+impl ShuffleSettings {
+    /// The buffer's memory over a source of `n` samples of `sample_len` bytes: decoded
+    /// samples for a source read in order, else 4 bytes an index, never more indices than the
+    /// source has.
+    pub(crate) fn bytes(&self, sample_len: u64, n: u64) -> u64 {
+        match self.sample_buffer() {
+            0 => (self.buffer as u64).min(n) * 4,
+            held => (held as u64).saturating_mul(sample_len),
+        }
+    }
+
+    /// Decoded samples the buffer holds: `buffer` for a source read in order, 0 for the others
+    /// (their buffer shuffles indices before decoding).
+    ///
+    /// A buffer larger than the source never fills, so it behaves as one of `len + 1` slots:
+    /// that is what it is sized as (a `shuffle_buffer(usize::MAX)` must not size a channel).
+    pub(crate) fn sample_buffer(&self) -> usize {
+        if self.sequential_source {
+            self.buffer.min(self.source_len.saturating_add(1))
+        } else {
+            0
+        }
+    }
+}
+
 /// A seeded shuffle buffer holding at most `capacity` elements.
 #[derive(Debug)]
 pub(crate) struct ShuffleBuffer<T> {

@@ -9,7 +9,7 @@ impl LoaderBuilder {
     /// Testing aid: on the host, run batches through the device slot ring with host memory
     /// standing in for the GPU (see `prefetch/host.rs`).
     pub fn simulate_device_staging(mut self, on: bool) -> Self {
-        self.cfg.simulate_device = on;
+        self.cfg.device.simulate_device = on;
         self
     }
 
@@ -21,7 +21,7 @@ impl LoaderBuilder {
 
     /// Testing aid: pretend the cache's file system has this many bytes free.
     pub fn simulate_cache_free_space(mut self, bytes: u64) -> Self {
-        self.cfg.cache_free_space_override = Some(bytes);
+        self.cfg.cache.free_space_override = Some(bytes);
         self
     }
 }

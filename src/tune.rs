@@ -18,6 +18,91 @@ use crate::stats::Stats;
 /// The deepest prefetch queue autotune picks; the memory budget assumes it.
 pub(crate) const MAX_PREFETCH: usize = 8;
 
+/// Reorder-window positions per decode thread. Decode times vary more than tenfold within a
+/// corpus, and the window only moves on when its oldest sample is done, so a small window
+/// leaves threads waiting behind one slow image; 32 kept waits under a few per cent at 8 and
+/// 16 threads on ImageNet-sized JPEGs (docs/PERFORMANCE.md, "What made it fast"), for 2.5 MB
+/// a thread (32 samples of 160x160 RGB, kept as `u8` until the batcher).
+const WINDOW_PER_THREAD: usize = 32;
+/// Files hinted ahead by default: enough to keep the disk busy under two decode threads, and
+/// few enough that the hinted files are a few megabytes of page cache.
+const DEFAULT_READAHEAD: usize = 64;
+/// The deepest prefetch queue a user may ask for (each batch in it is memory).
+pub(crate) const MAX_PREFETCH_SETTING: usize = 1024;
+/// The most files a user may ask to hint ahead.
+pub(crate) const MAX_READAHEAD: usize = 1 << 16;
+/// The most decode threads a user may ask for.
+pub(crate) const MAX_DECODE_THREADS: usize = 1024;
+
+/// The tuning settings: decode threads, prefetch depth, readahead and autotune.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tuning {
+    /// Decode threads (0: one per core).
+    pub(crate) decode_threads: usize,
+    pub(crate) autotune: bool,
+    pub(crate) prefetch: usize,
+    pub(crate) readahead: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            decode_threads: 0,
+            autotune: false,
+            prefetch: 2,
+            readahead: DEFAULT_READAHEAD,
+        }
+    }
+}
+
+impl Tuning {
+    /// Checks the settings alone.
+    pub(crate) fn validate(&self) -> Result<(), crate::Error> {
+        use crate::Error;
+        if self.prefetch == 0 {
+            return Err(Error::config("prefetch", "must be at least 1"));
+        }
+        Error::at_most("prefetch", self.prefetch, MAX_PREFETCH_SETTING)?;
+        Error::at_most("readahead", self.readahead, MAX_READAHEAD)?;
+        Error::at_most("decode_threads", self.decode_threads, MAX_DECODE_THREADS)?;
+        Ok(())
+    }
+
+    /// The deepest prefetch queue this loader may use.
+    pub(crate) fn max_prefetch(&self) -> usize {
+        if self.autotune {
+            self.prefetch.max(MAX_PREFETCH)
+        } else {
+            self.prefetch
+        }
+    }
+
+    /// The most decode threads this loader may use.
+    pub(crate) fn max_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if self.autotune {
+            self.threads().max(cores)
+        } else {
+            self.threads()
+        }
+    }
+
+    /// Decode threads at the start of an epoch.
+    pub(crate) fn threads(&self) -> usize {
+        if self.decode_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.decode_threads
+        }
+    }
+
+    /// Samples decoded ahead of the one the batcher waits for: lets threads pass a slow image
+    /// without breaking the deterministic order.
+    pub(crate) fn reorder_window(&self) -> usize {
+        (self.max_threads() * WINDOW_PER_THREAD).max(2 * WINDOW_PER_THREAD)
+    }
+}
+
 /// The settings of one epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Knobs {

@@ -1,8 +1,8 @@
 //! The batcher's pure core: collects one batch's `u8` samples, then writes them, normalized,
 //! into a batch buffer.
 
+use super::BatchFormat;
 use super::Normalizer;
-use crate::config::BatchFormat;
 use crate::prefetch::{BatchParts, Staged};
 
 /// Pure core of the batching stage: collects one batch's `u8` samples, then writes them,

@@ -98,11 +98,78 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::config::{CachePolicy, Config};
 use crate::error::{DecodeFailure, Error};
 use crate::source::Source;
 use crate::stats::StatsCell;
 use format::{identity, read_at, write_at, CacheFile, Header, Sample, HEADER_LEN};
+
+/// What to do when the cache exists but does not match the loader, or a record fails its
+/// checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CachePolicy {
+    /// A corrupt record is an error naming the cache file and the record. The default.
+    #[default]
+    Fail,
+    /// A corrupt record makes the loader delete the cache; it is rebuilt by the next epoch.
+    Rebuild,
+}
+
+/// The cache stage's settings.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CacheSettings {
+    /// Where the cache is (`None`: no cache).
+    pub(crate) path: Option<PathBuf>,
+    /// The longest side of a random transform's cached base image (`None`: twice the
+    /// output's longer side).
+    pub(crate) max_side: Option<u32>,
+    pub(crate) policy: CachePolicy,
+    /// A test hook's free space for the cache's file system.
+    pub(crate) free_space_override: Option<u64>,
+}
+
+impl CacheSettings {
+    /// What a cache that fills holds in memory over `n` samples: a bit a record of what is
+    /// present, and the presence map read 64 KiB at a time (0 without a cache).
+    pub(crate) fn index_bytes(&self, n: u64) -> u64 {
+        if self.path.is_some() {
+            n.div_ceil(8) + PRESENCE_CHUNK as u64
+        } else {
+            0
+        }
+    }
+
+    /// Checks the settings alone.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if self.max_side.is_some_and(|s| s == 0 || s > 16_384) {
+            return Err(Error::config(
+                "cache_max_side",
+                "must be between 1 and 16384 pixels",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a cache's samples are made with, recorded in its header: a cache made otherwise is
+/// stale. Records hold the sample before its flip, or for a random transform the base image of
+/// `height`×`width` each epoch crops anew (`transform/base.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MadeWith {
+    pub(crate) height: u32,
+    pub(crate) width: u32,
+    /// The transform's mode byte and parameters (`Transform::cache_key`).
+    pub(crate) transform_key: [u8; 17],
+    pub(crate) apply_exif: bool,
+    pub(crate) dct_scaling: bool,
+    /// The JPEG decoder, as a number.
+    pub(crate) decoder: u8,
+    pub(crate) check_extension: bool,
+    pub(crate) accept_jpeg_warnings: bool,
+    /// The resize filter, as a number.
+    pub(crate) filter: u8,
+    pub(crate) max_pixels: u64,
+}
 
 /// The cache of one loader.
 #[derive(Debug)]
@@ -306,7 +373,12 @@ impl Cache {
     /// Prepares the cache at `path` for a loader: computes the source fingerprint (one `stat`
     /// per sample), opens a matching complete cache if there is one, and otherwise checks that
     /// a new one fits on its file system.
-    pub(crate) fn new(path: &Path, cfg: &Config, source: &Source) -> Result<Cache, Error> {
+    pub(crate) fn new(
+        path: &Path,
+        settings: &CacheSettings,
+        made_with: &MadeWith,
+        source: &Source,
+    ) -> Result<Cache, Error> {
         // Writing renames PATH.partial over PATH: follow a symbolic link to where the cache
         // really lives, and refuse to replace anything that is not a cache of ours.
         let given = path;
@@ -354,13 +426,7 @@ impl Cache {
         let partial = with_suffix(path, ".partial");
         check_replaceable(path)?;
         check_replaceable(&partial)?;
-        // A random transform records base images of `side`×`side` (see transform/base.rs); the
-        // other transforms record the sample before its flip.
-        let (height, width) = match cfg.cache_base_side() {
-            Some(side) => (side, side),
-            None => (cfg.height, cfg.width),
-        };
-        let key = cfg.transform.cache_key();
+        let key = made_with.transform_key;
         let mut fingerprint = fingerprint(source);
         // The crop fraction of a centre crop (0 for the other transforms, so caches of the
         // fits keep the fingerprint they always had).
@@ -368,18 +434,19 @@ impl Cache {
             *f ^= k;
         }
         let header = Header {
-            height,
-            width,
+            height: made_with.height,
+            width: made_with.width,
             resize_mode: key[0],
-            apply_exif: u8::from(cfg.apply_exif),
-            dct_scaling: u8::from(cfg.dct_scaling),
-            decoder: cfg.jpeg_decoder as u8,
+            apply_exif: u8::from(made_with.apply_exif),
+            dct_scaling: u8::from(made_with.dct_scaling),
+            decoder: made_with.decoder,
             // Bit 0: check_extension; bit 1: accept_jpeg_warnings (which decides which
             // samples are recorded as failures). Caches written before bit 1 read as 0 or 1.
-            decode_flags: u8::from(cfg.check_extension) | (u8::from(cfg.accept_jpeg_warnings) << 1),
-            resize_filter: cfg.resize_filter as u8,
+            decode_flags: u8::from(made_with.check_extension)
+                | (u8::from(made_with.accept_jpeg_warnings) << 1),
+            resize_filter: made_with.filter,
             resampler: format::RESAMPLER_VERSION,
-            max_pixels: cfg.max_pixels,
+            max_pixels: made_with.max_pixels,
             count: source.len() as u64,
             fingerprint,
         };
@@ -405,10 +472,10 @@ impl Cache {
             partial,
             lock_path,
             header,
-            policy: cfg.cache_policy,
+            policy: settings.policy,
             complete: Mutex::new(None),
             filling: Mutex::new(None),
-            free_space_override: cfg.cache_free_space_override,
+            free_space_override: settings.free_space_override,
             last_stale: Mutex::new(None),
         };
         if cache.open_complete()?.is_none() {

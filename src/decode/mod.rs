@@ -134,7 +134,7 @@ pub enum JpegDecoder {
     Zune,
 }
 
-/// Decode settings, from the builder.
+/// The decode stage's settings.
 #[derive(Debug, Clone)]
 pub(crate) struct DecodeSettings {
     pub(crate) max_pixels: u64,
@@ -151,7 +151,40 @@ pub(crate) struct DecodeSettings {
     pub(crate) accept_jpeg_warnings: bool,
 }
 
+impl Default for DecodeSettings {
+    fn default() -> Self {
+        DecodeSettings {
+            max_pixels: 100_000_000,
+            apply_exif: true,
+            check_extension: true,
+            dct_scaling: true,
+            jpeg_decoder: JpegDecoder::Auto,
+            planes: true,
+            accept_jpeg_warnings: false,
+        }
+    }
+}
+
 impl DecodeSettings {
+    /// Checks the settings alone.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if self.max_pixels == 0 {
+            return Err(Error::config("max_pixels", "must be at least 1"));
+        }
+        if self.jpeg_decoder == JpegDecoder::TurboJpeg && !cfg!(feature = "turbojpeg") {
+            return Err(Error::feature_disabled("turbojpeg"));
+        }
+        Ok(())
+    }
+
+    /// One decode larger than the shared large-decode budget, running alone: `max_pixels` ×
+    /// [`LARGE_BYTES_PER_PIXEL`] plus one file, the most one image at `max_pixels` can take.
+    pub(crate) fn large_image_bytes(&self) -> u64 {
+        self.max_pixels
+            .saturating_mul(LARGE_BYTES_PER_PIXEL)
+            .saturating_add(self.max_file_bytes())
+    }
+
     /// Most bytes a file may have: an uncompressed RGBA frame of `max_pixels` plus 16 MiB of
     /// metadata, and never more than 256 MiB (a 100-megapixel photo compresses far below it).
     pub(crate) fn max_file_bytes(&self) -> u64 {
@@ -497,6 +530,18 @@ const SAMPLED_IMAGES: usize = 32;
 /// The bytes of each sampled file read for its header: enough for EXIF and ICC segments
 /// before the frame header.
 const SAMPLED_HEAD_BYTES: u64 = 256 << 10;
+
+/// A decode thread's memory besides the images it decodes: its `share` of what one decode may
+/// hold, a buffer kept from an earlier image that this one does not reuse, the orientation copy
+/// and the resized planes of a JPEG decoded to planes (`sample_len` each), the resizer's
+/// retained scratch, and a random transform's cached base image (`base_side`).
+pub(crate) fn thread_bytes(share: u64, sample_len: u64, base_side: Option<u32>) -> u64 {
+    share
+        .saturating_add(RETAIN_BYTES)
+        .saturating_add(2 * sample_len)
+        .saturating_add(crate::transform::RESIZE_RETAINED_BYTES as u64)
+        .saturating_add(base_side.map_or(0, |s| crate::transform::base_len(s) as u64))
+}
 
 /// The largest working set (file bytes included, as the decoder estimates it before decoding)
 /// among up to [`SAMPLED_IMAGES`] images evenly spaced over a source of local files, read from

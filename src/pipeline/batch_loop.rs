@@ -11,9 +11,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::handoff::HandoffReceiver;
 use super::EpochShared;
+use crate::batch::BatchFormat;
 use crate::batch::Normalizer;
 use crate::batch::{Batch, Batcher};
-use crate::config::BatchFormat;
 use crate::error::{Error, ErrorKind, OnError};
 use crate::prefetch::BatchParts;
 use crate::rng::{self, Rng};
@@ -128,7 +128,8 @@ impl Sink<'_> {
         // Autotune may allow fewer ready batches than the queue holds. (Without it the
         // queue's own bound applies: `send` blocks.)
         let window = &self.shared.window;
-        while self.shared.cfg.autotune && self.out.len() >= window.prefetch.load(Ordering::Relaxed)
+        while self.shared.cfg.tuning.autotune
+            && self.out.len() >= window.prefetch.load(Ordering::Relaxed)
         {
             if window.is_cancelled() {
                 return false;
@@ -141,7 +142,7 @@ impl Sink<'_> {
     }
 
     fn finish(&mut self) -> bool {
-        if self.shared.cfg.drop_remainder {
+        if self.shared.cfg.output.drop_remainder {
             return true;
         }
         match self.timed(|batcher, fresh, recycle| batcher.finish(fresh, recycle)) {
@@ -198,12 +199,12 @@ pub(super) fn batch_loop_inner(
     out: &Sender<Result<Batch, Error>>,
 ) -> Result<(), Error> {
     let cfg = &shared.cfg;
-    let format = cfg.batch_format();
+    let format = cfg.output.format();
     let mut sink = Sink {
         shared,
         batcher: Batcher::new(
             format,
-            Normalizer::new(cfg.mean, cfg.std, cfg.layout),
+            Normalizer::new(cfg.output.mean, cfg.output.std, cfg.output.layout),
             shared.normalize_pool.clone(),
         ),
         format,
@@ -215,7 +216,7 @@ pub(super) fn batch_loop_inner(
     };
     // Sharded epochs must keep every rank's batch count equal, so a skipped sample is replaced
     // by a copy of the next (or, at the end, the last) good one; labels stay with their images.
-    let keep_size = cfg.world_size > 1;
+    let keep_size = cfg.shard.world_size > 1;
     let mut owed_padding = 0u64;
     let mut last_good: Option<(Vec<u8>, u32)> = None;
     let total = shared.plan.len();
@@ -223,7 +224,7 @@ pub(super) fn batch_loop_inner(
     let mut next = 0usize;
     // Samples, or placeholders for failed ones: the buffer's choices then depend on the plan
     // alone, so a resumed epoch can replay them (`replay_buffer`).
-    let buffered = cfg.sample_shuffle_buffer() > 0;
+    let buffered = cfg.shuffle.sample_buffer() > 0;
     let rng = shared
         .buffer_rng
         .lock()
@@ -231,7 +232,7 @@ pub(super) fn batch_loop_inner(
         .take()
         .unwrap_or_else(|| Rng::for_stage(cfg.seed, shared.epoch, rng::STAGE_SHUFFLE_BUFFER));
     let mut shuffle: ShuffleBuffer<Option<(Vec<u8>, u32)>> =
-        ShuffleBuffer::new(cfg.sample_shuffle_buffer(), rng);
+        ShuffleBuffer::new(cfg.shuffle.sample_buffer(), rng);
     // Buffer outputs so far, placeholders included (the resumable position when buffered).
     let mut outputs = shared.offset as u64;
     let mut skipped = 0u64;

@@ -33,7 +33,7 @@ pub(super) fn decode_loop(
     let cfg = &shared.cfg;
     let geom = cfg.geometry();
     let new_decoder = || {
-        let mut decoder = Decoder::new(cfg.decode_settings());
+        let mut decoder = Decoder::new(cfg.decode.clone());
         decoder.verified = shared.verified.clone();
         decoder
     };
@@ -216,10 +216,7 @@ fn decode(
         Input::Bytes(bytes) => decoder.load_bytes(bytes, path, geom, target, &shared.gate, out),
         Input::CacheOnly => shared
             .source
-            .read_sample(
-                index as usize,
-                shared.cfg.decode_settings().max_file_bytes(),
-            )
+            .read_sample(index as usize, shared.cfg.decode.clone().max_file_bytes())
             .and_then(|bytes| decoder.load_bytes(&bytes, path, geom, target, &shared.gate, out)),
     }
 }

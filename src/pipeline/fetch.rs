@@ -47,7 +47,7 @@ pub(crate) fn fetch_loop(shared: &EpochShared, tx: &Sender<Fetched>, budget: &By
         plan: &shared.plan,
         index: &shared.source.index,
         budget,
-        limit: shared.cfg.decode_settings().max_file_bytes(),
+        limit: shared.cfg.decode.clone().max_file_bytes(),
         tx,
     });
 }

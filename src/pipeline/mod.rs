@@ -138,13 +138,16 @@ impl Pools {
         Pools {
             // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
             samples: bounded(
-                cfg.reorder_window() + cfg.sample_shuffle_buffer() + cfg.batch_size + 2,
+                cfg.tuning.reorder_window()
+                    + cfg.shuffle.sample_buffer()
+                    + cfg.output.batch_size
+                    + 2,
             ),
             // Room for every batch in circulation (queue, consumer, batcher, and a spare for a
             // consumer that keeps the previous batch while asking for the next), so a returned
             // batch is never freed and a new one never allocated in steady state: the
             // `prefetch + 3` batches of the memory budget.
-            batches: bounded(cfg.max_prefetch() + 3),
+            batches: bounded(cfg.tuning.max_prefetch() + 3),
             decoders: Arc::new(Mutex::new(Vec::new())),
             readahead: Arc::new(readahead::Worker::default()),
             batches_filled: Arc::new(std::sync::Once::new()),
@@ -168,9 +171,10 @@ impl Pools {
             return;
         }
         self.batches_filled.call_once(|| {
-            let format = cfg.batch_format();
-            for _ in 0..cfg.prefetch + 3 {
-                let parts = BatchParts::new(format.dtype, format.batch_size, cfg.sample_len());
+            let format = cfg.output.format();
+            for _ in 0..cfg.tuning.prefetch + 3 {
+                let parts =
+                    BatchParts::new(format.dtype, format.batch_size, cfg.output.sample_len());
                 if self.batches.0.try_send(parts).is_err() {
                     break;
                 }
@@ -212,14 +216,14 @@ pub(crate) fn start(
     start_at: usize,
 ) -> Result<Running, Error> {
     let threads = knobs.threads;
-    let window_size = cfg.reorder_window();
+    let window_size = cfg.tuning.reorder_window();
     let cache_mode = match &cache {
         Some(c) => c.begin_epoch()?,
         None => EpochCache::Off,
     };
     let mut plan = plan(&cfg, &source, epoch, split);
     let mut buffer_rng = None;
-    if cfg.sample_shuffle_buffer() > 0 && start_at > 0 {
+    if cfg.shuffle.sample_buffer() > 0 && start_at > 0 {
         // The buffer's contents are not in the state: replay it over the plan's indices to
         // find what it held at the cut, and load those samples again first.
         let (pushed, held, rng) = replay_buffer(&cfg, &plan, epoch, start_at)?;
@@ -242,10 +246,10 @@ pub(crate) fn start(
     // With autotune every thread the loader may use starts, and the window says how many
     // work; the prefetch queue has room for the deepest setting, and the window says how
     // much of it to use.
-    let (spawned_threads, queue) = if cfg.autotune {
+    let (spawned_threads, queue) = if cfg.tuning.autotune {
         (
-            cfg.max_threads().max(threads),
-            cfg.max_prefetch().max(knobs.prefetch),
+            cfg.tuning.max_threads().max(threads),
+            cfg.tuning.max_prefetch().max(knobs.prefetch),
         )
     } else {
         (threads, knobs.prefetch)
@@ -254,8 +258,8 @@ pub(crate) fn start(
     // are hinted to the kernel ahead of the decode threads where the platform has such hints.
     // Tar shards and objects are read ahead by the fetch stage.
     let readahead = match &cache_mode {
-        EpochCache::Read(_) if readahead::SUPPORTED => cfg.readahead,
-        _ if source.backing.is_local_files() && readahead::SUPPORTED => cfg.readahead,
+        EpochCache::Read(_) if readahead::SUPPORTED => cfg.tuning.readahead,
+        _ if source.backing.is_local_files() && readahead::SUPPORTED => cfg.tuning.readahead,
         _ => 0,
     };
     let window = Arc::new(Window::new(
@@ -294,7 +298,7 @@ pub(crate) fn start(
         window: window.clone(),
     });
     // The window bounds what is in flight, so the ring never overflows.
-    let (loaded_tx, loaded_rx) = handoff(window_size, shared.plan.len(), cfg.batch_size);
+    let (loaded_tx, loaded_rx) = handoff(window_size, shared.plan.len(), cfg.output.batch_size);
     // The prefetch queue: ready batches ahead of the consumer.
     let (batch_tx, batch_rx) = bounded(queue);
     let mut handles = Vec::with_capacity(spawned_threads + 2);

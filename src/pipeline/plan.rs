@@ -19,9 +19,10 @@
 //! of world size for tar shards with a sample shuffle buffer (the samples held in every rank's
 //! buffer are not in the state).
 
-use crate::config::{Config, ShardPadding};
+use crate::config::Config;
 use crate::error::Error;
 use crate::rng::{self, Rng};
+use crate::shard::ShardPadding;
 use crate::shuffle::ShuffleBuffer;
 use crate::source::Source;
 
@@ -57,7 +58,7 @@ fn global_order(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
         )
     };
     if let Some(streams) = source.backing.streams() {
-        let visit: Vec<u32> = if cfg.shuffle {
+        let visit: Vec<u32> = if cfg.shuffle.enabled {
             shuffled(streams.len() as u32)
         } else {
             (0..streams.len() as u32).collect()
@@ -68,12 +69,12 @@ fn global_order(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
         }
         return order;
     }
-    let order = if cfg.shuffle {
+    let order = if cfg.shuffle.enabled {
         shuffled(len as u32)
     } else {
         (0..len as u32).collect()
     };
-    if cfg.shuffle_buffer == 0 {
+    if cfg.shuffle.buffer == 0 {
         return order;
     }
     // Random-access sources: the shuffle buffer reorders indices before decoding (tf.data's
@@ -81,7 +82,7 @@ fn global_order(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
     // the ranks take their shares, so that the shares still split one order (and a state
     // resumes at any world size).
     let mut buffer = ShuffleBuffer::new(
-        cfg.shuffle_buffer,
+        cfg.shuffle.buffer,
         Rng::for_stage(cfg.seed, epoch, rng::STAGE_SHUFFLE_BUFFER),
     );
     let mut out = Vec::with_capacity(order.len());
@@ -138,7 +139,7 @@ pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64, split: Split) -> V
     let order = global_order(cfg, source, epoch);
     let contiguous = contiguous(source);
     let ranges = remaining(order.len(), split, contiguous);
-    let (rank, world) = (cfg.rank, cfg.world_size);
+    let (rank, world) = (cfg.shard.rank, cfg.shard.world_size);
     if world <= 1 && ranges.len() == 1 && ranges[0] == (0..order.len()) {
         return order;
     }
@@ -174,19 +175,19 @@ pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64, split: Split) -> V
 
 /// How many samples one rank's share of `len` positions holds (see [`plan`]).
 pub(super) fn share_len(cfg: &Config, len: usize) -> usize {
-    let (rank, world) = (cfg.rank, cfg.world_size);
+    let (rank, world) = (cfg.shard.rank, cfg.shard.world_size);
     // This rank's disjoint share: positions rank, rank + world, ... below len (none for a rank
     // past the end of a source smaller than the world).
     let own = len.saturating_sub(rank).div_ceil(world);
-    match cfg.shard_padding {
+    match cfg.shard.padding {
         ShardPadding::Repeat => len.div_ceil(world),
         ShardPadding::Drop => len / world,
         ShardPadding::EqualBatches => {
             let batches = |c: usize| {
-                if cfg.drop_remainder {
-                    c / cfg.batch_size
+                if cfg.output.drop_remainder {
+                    c / cfg.output.batch_size
                 } else {
-                    c.div_ceil(cfg.batch_size)
+                    c.div_ceil(cfg.output.batch_size)
                 }
             };
             let most = len.div_ceil(world);
@@ -222,10 +223,10 @@ pub(crate) fn resplit(
             prior: None,
         });
     }
-    if cfg.sample_shuffle_buffer() > 0 {
+    if cfg.shuffle.sample_buffer() > 0 {
         return Err(format!(
             "a tar shard source with a shuffle buffer ({} samples) resumes at the world size that saved the state ({world}) only: the samples each rank's buffer held are not in the state; resume on {world} ranks, or use shuffle_buffer(0)",
-            cfg.sample_shuffle_buffer()
+            cfg.shuffle.sample_buffer()
         ));
     }
     match split.prior {
@@ -254,7 +255,7 @@ pub(super) fn replay_buffer(
     emitted: usize,
 ) -> Result<(usize, Vec<u32>, Rng), Error> {
     let mut buffer = ShuffleBuffer::new(
-        cfg.sample_shuffle_buffer(),
+        cfg.shuffle.sample_buffer(),
         Rng::for_stage(cfg.seed, epoch, rng::STAGE_SHUFFLE_BUFFER),
     );
     let (mut out, mut pushed) = (0usize, 0usize);
@@ -280,7 +281,7 @@ pub(super) fn replay_buffer(
 
 /// The length of [`plan`] for a whole epoch, without building it.
 pub(crate) fn plan_len(cfg: &Config, len: usize) -> usize {
-    if cfg.world_size <= 1 || len == 0 {
+    if cfg.shard.world_size <= 1 || len == 0 {
         len
     } else {
         share_len(cfg, len)

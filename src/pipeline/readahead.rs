@@ -193,7 +193,7 @@ struct Scratch {
 fn run(shared: &EpochShared, depth: usize, scratch: &mut Scratch) {
     let Scratch { path, ahead } = scratch;
     ahead.start(READAHEAD_BYTES, depth);
-    let limit = shared.cfg.decode_settings().max_file_bytes();
+    let limit = shared.cfg.decode.clone().max_file_bytes();
     let cache = match &shared.cache_mode {
         EpochCache::Read(map) => Some(map),
         _ => None,

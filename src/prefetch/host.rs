@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::{SlotLease, SlotMemory, SlotRing};
+use crate::batch::OutputSettings;
 use crate::batch::{BatchStorage, Normalizer};
-use crate::config::Config;
 use crate::error::Error;
 use crate::stats::StatsCell;
 
@@ -45,12 +45,12 @@ pub(crate) struct SimStaging {
 }
 
 impl SimStaging {
-    pub(crate) fn new(cfg: &Config) -> Self {
+    pub(crate) fn new(output: &OutputSettings, slots: usize) -> Self {
         SimStaging {
-            ring: SlotRing::new(cfg.device_slots()),
-            normalizer: Normalizer::new(cfg.mean, cfg.std, cfg.layout),
-            batch_bytes: cfg.batch_elems(),
-            sample_len: cfg.sample_len(),
+            ring: SlotRing::new(slots),
+            normalizer: Normalizer::new(output.mean, output.std, output.layout),
+            batch_bytes: output.batch_elems(),
+            sample_len: output.sample_len(),
         }
     }
 

@@ -62,8 +62,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::batch::BatchFormat;
+use crate::batch::OutputSettings;
 use crate::batch::{BatchStorage, Dtype};
-use crate::config::{BatchFormat, Config, Device};
 use crate::error::Error;
 use crate::stats::StatsCell;
 
@@ -73,6 +74,46 @@ const CANCEL_POLL: Duration = Duration::from_millis(10);
 /// After waiting this long for a free slot, the batcher warns that the consumer may be holding
 /// every slot.
 pub(crate) const STALL_WARNING: Duration = Duration::from_secs(10);
+
+/// Where batches are delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Device {
+    /// Host memory. The default.
+    #[default]
+    Host,
+    /// GPU `n`, through pinned host staging and asynchronous copies. Needs the `cuda` feature.
+    Cuda(usize),
+}
+
+/// The device stage's settings: where batches go, and how a GPU is used.
+#[derive(Debug, Clone)]
+pub(crate) struct DeviceSettings {
+    pub(crate) device: Device,
+    pub(crate) fallback_to_host: bool,
+    pub(crate) gpu_memory_limit: Option<u64>,
+    /// Whether a GPU normalizes the `u8` batch (the default) or the host does.
+    pub(crate) gpu_normalize: bool,
+    /// The stream a CUDA loader queues its copies and kernel on (`None`: one of its own).
+    #[cfg(feature = "cuda")]
+    pub(crate) cuda_stream: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
+    /// A test hook: the device slot ring staged in host memory.
+    pub(crate) simulate_device: bool,
+}
+
+impl Default for DeviceSettings {
+    fn default() -> Self {
+        DeviceSettings {
+            device: Device::Host,
+            fallback_to_host: false,
+            gpu_memory_limit: None,
+            gpu_normalize: true,
+            #[cfg(feature = "cuda")]
+            cuda_stream: None,
+            simulate_device: false,
+        }
+    }
+}
 
 /// The memory of one slot, as the ring sees it.
 pub(crate) trait SlotMemory: Send {
@@ -342,15 +383,19 @@ pub(crate) enum Staging {
 }
 
 impl Staging {
-    pub(crate) fn open(cfg: &Config) -> Result<Staging, Error> {
-        match cfg.device {
-            Device::Host if cfg.simulate_device => {
-                Ok(Staging::Simulated(Arc::new(host::SimStaging::new(cfg))))
-            }
+    pub(crate) fn open(
+        device: &DeviceSettings,
+        output: &OutputSettings,
+        slots: usize,
+    ) -> Result<Staging, Error> {
+        match device.device {
+            Device::Host if device.simulate_device => Ok(Staging::Simulated(Arc::new(
+                host::SimStaging::new(output, slots),
+            ))),
             Device::Host => Ok(Staging::Host),
-            Device::Cuda(n) => match open_cuda(cfg, n) {
+            Device::Cuda(n) => match open_cuda(device, output, slots, n) {
                 Ok(s) => Ok(s),
-                Err(e) if cfg.fallback_to_host => {
+                Err(e) if device.fallback_to_host => {
                     log::warn!("CUDA device {n} unavailable ({e}); staging batches in host memory");
                     Ok(Staging::Host)
                 }
@@ -484,12 +529,22 @@ impl Staging {
 }
 
 #[cfg(feature = "cuda")]
-fn open_cuda(cfg: &Config, ordinal: usize) -> Result<Staging, Error> {
-    cuda::CudaStaging::open(cfg, ordinal).map(|s| Staging::Cuda(Arc::new(s)))
+fn open_cuda(
+    device: &DeviceSettings,
+    output: &OutputSettings,
+    slots: usize,
+    ordinal: usize,
+) -> Result<Staging, Error> {
+    cuda::CudaStaging::open(device, output, slots, ordinal).map(|s| Staging::Cuda(Arc::new(s)))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn open_cuda(_cfg: &Config, _ordinal: usize) -> Result<Staging, Error> {
+fn open_cuda(
+    _device: &DeviceSettings,
+    _output: &OutputSettings,
+    _slots: usize,
+    _ordinal: usize,
+) -> Result<Staging, Error> {
     Err(Error::feature_disabled("cuda"))
 }
 

@@ -170,6 +170,60 @@ impl Geometry {
 
 pub(crate) use resample::RETAINED_BYTES as RESIZE_RETAINED_BYTES;
 
+/// The augment stage's settings: how an image is fitted or cropped, whether it is mirrored,
+/// and the resize filter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct AugmentSettings {
+    pub(crate) transform: Transform,
+    /// The flip probability the user set (`None`: 0.5 with a random transform, else 0).
+    pub(crate) flip: Option<f64>,
+    pub(crate) filter: ResizeFilter,
+}
+
+impl Default for AugmentSettings {
+    fn default() -> Self {
+        AugmentSettings {
+            transform: Transform::Stretch,
+            flip: None,
+            filter: ResizeFilter::Antialiased,
+        }
+    }
+}
+
+impl AugmentSettings {
+    /// Checks the settings alone.
+    pub(crate) fn validate(&self) -> Result<(), crate::Error> {
+        self.transform
+            .check()
+            .map_err(|m| crate::Error::config("transform", m))?;
+        let p = self.flip_probability();
+        if !p.is_finite() || !(0.0..=1.0).contains(&p) {
+            return Err(crate::Error::config(
+                "flip_horizontal",
+                format!("probability {p} is outside [0, 1]"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The probability of mirroring a sample.
+    pub(crate) fn flip_probability(&self) -> f64 {
+        self.flip
+            .unwrap_or(if self.transform.is_random() { 0.5 } else { 0.0 })
+    }
+
+    /// What the resize produces for an output of `height`×`width`.
+    pub(crate) fn geometry(&self, height: u32, width: u32) -> Geometry {
+        Geometry {
+            width,
+            height,
+            transform: self.transform,
+            filter: self.filter,
+            flip: self.flip_probability(),
+        }
+    }
+}
+
 /// A source axis longer than this (only a PNG can have one: JPEG sides stop at 65,535) is
 /// first averaged down by whole boxes to 16 times the output, so the filter taps, which grow
 /// with the source length (about 20 bytes a source pixel), stay small: a 100,000,000×1 PNG

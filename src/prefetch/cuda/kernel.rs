@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
 
 use super::driver::{library_present, NVRTC_NAMES};
+use crate::batch::OutputSettings;
 use crate::batch::{Dtype, Layout};
-use crate::config::Config;
 use crate::error::panic_message;
 
 /// Threads per block of the normalize kernel.
@@ -38,14 +38,14 @@ unsafe impl DeviceRepr for KernelParams {}
 
 impl KernelParams {
     /// The same `scale` and `bias` as the host's `Normalizer`.
-    pub(super) fn new(cfg: &Config) -> Self {
+    pub(super) fn new(output: &OutputSettings) -> Self {
         KernelParams {
             pixels: 0,
-            plane: u64::from(cfg.height) * u64::from(cfg.width),
-            nchw: u32::from(cfg.layout == Layout::Nchw),
+            plane: u64::from(output.height) * u64::from(output.width),
+            nchw: u32::from(output.layout == Layout::Nchw),
             pad: 0,
-            scale: std::array::from_fn(|c| 1.0 / (255.0 * cfg.std[c])),
-            bias: std::array::from_fn(|c| -cfg.mean[c] / cfg.std[c]),
+            scale: std::array::from_fn(|c| 1.0 / (255.0 * output.std[c])),
+            bias: std::array::from_fn(|c| -output.mean[c] / output.std[c]),
         }
     }
 }

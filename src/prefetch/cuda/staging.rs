@@ -12,10 +12,11 @@ use cudarc::driver::{
 use super::driver::{context, drv, guarded};
 use super::kernel::{load_kernel, KernelParams, BLOCK, MAX_BLOCKS};
 use super::mb;
+use crate::batch::BatchFormat;
+use crate::batch::OutputSettings;
 use crate::batch::{BatchStorage, Dtype, Layout};
-use crate::config::BatchFormat;
-use crate::config::Config;
 use crate::error::Error;
+use crate::prefetch::DeviceSettings;
 use crate::prefetch::{SlotLease, SlotMemory, SlotRing};
 use crate::stats::StatsCell;
 
@@ -76,27 +77,36 @@ impl CudaStaging {
     /// [`ErrorKind::Device`](crate::ErrorKind::Device) naming what was looked for and what
     /// was missing (driver library, device, memory); `InvalidConfig` for a
     /// `gpu_memory_limit` below what the slots need.
-    pub(crate) fn open(cfg: &Config, ordinal: usize) -> Result<Self, Error> {
+    pub(crate) fn open(
+        device: &DeviceSettings,
+        output: &OutputSettings,
+        slots: usize,
+        ordinal: usize,
+    ) -> Result<Self, Error> {
         let ctx = context(ordinal)?;
-        guarded(ordinal, || Self::open_in(cfg, ordinal, ctx))
+        guarded(ordinal, || {
+            Self::open_in(device, output, slots, ordinal, ctx)
+        })
     }
 
     pub(super) fn open_in(
-        cfg: &Config,
+        device: &DeviceSettings,
+        output: &OutputSettings,
+        slots: usize,
         ordinal: usize,
         ctx: Arc<CudaContext>,
     ) -> Result<Self, Error> {
-        let format = cfg.batch_format();
-        let u8_batch = cfg.batch_elems();
-        let out_batch = u8_batch * cfg.dtype.size();
-        let direct = cfg.dtype == Dtype::U8 && cfg.layout == Layout::Nhwc;
+        let format = output.format();
+        let u8_batch = output.batch_elems();
+        let out_batch = u8_batch * output.dtype.size();
+        let direct = output.dtype == Dtype::U8 && output.layout == Layout::Nhwc;
         let mut kernel = None;
         let mode = if direct {
             Mode::Direct
-        } else if !cfg.gpu_normalize {
+        } else if !device.gpu_normalize {
             Mode::HostNormalized
         } else {
-            match load_kernel(&ctx, cfg.dtype) {
+            match load_kernel(&ctx, output.dtype) {
                 Ok(f) => {
                     kernel = Some(f);
                     Mode::Kernel
@@ -105,8 +115,8 @@ impl CudaStaging {
                     log::warn!(
                         "CUDA device {ordinal}: {why}; normalizing on the host and copying {} \
                          batches ({}x the bytes of u8)",
-                        cfg.dtype.name(),
-                        cfg.dtype.size()
+                        output.dtype.name(),
+                        output.dtype.size()
                     );
                     Mode::HostNormalized
                 }
@@ -126,10 +136,9 @@ impl CudaStaging {
                 output: 0,
             },
         };
-        let slots = cfg.device_slots();
         let need = sizes.device() * slots as u64;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
-        if let Some(limit) = cfg.gpu_memory_limit {
+        if let Some(limit) = device.gpu_memory_limit {
             if need > limit {
                 return Err(Error::config(
                     "gpu_memory_limit",
@@ -159,7 +168,7 @@ impl CudaStaging {
                 mb(total as u64)
             )));
         }
-        let stream = match &cfg.cuda_stream {
+        let stream = match &device.cuda_stream {
             Some(s) if s.context().ordinal() != ordinal || s.context().cu_ctx() != ctx.cu_ctx() => {
                 return Err(Error::config(
                     "cuda_stream",
@@ -188,11 +197,11 @@ impl CudaStaging {
             kernel,
             mode,
             format,
-            params: KernelParams::new(cfg),
+            params: KernelParams::new(output),
             sizes,
             ring: SlotRing::new(slots),
         };
-        if cfg.gpu_memory_limit.is_some() {
+        if device.gpu_memory_limit.is_some() {
             // A hard cap: allocate every slot now, so that nothing grows later.
             staging.ring.fill(|| staging.make_slot())?;
         }

@@ -5,8 +5,7 @@ use half::bf16;
 use super::diag::info;
 use super::driver::{context, driver_present};
 use super::kernel::KernelParams;
-use crate::batch::{BatchStorage, Dtype, Layout};
-use crate::config::Config;
+use crate::batch::{BatchStorage, Dtype, Layout, OutputSettings};
 
 #[test]
 fn kernel_params_match_the_kernel_struct() {
@@ -16,13 +15,13 @@ fn kernel_params_match_the_kernel_struct() {
 
 #[test]
 fn kernel_constants_match_the_host_normalizer() {
-    let cfg = Config {
+    let out = OutputSettings {
         mean: [0.485, 0.456, 0.406],
         std: [0.229, 0.224, 0.225],
-        ..Config::default()
+        ..OutputSettings::default()
     };
-    let p = KernelParams::new(&cfg);
-    let host = crate::batch::Normalizer::new(cfg.mean, cfg.std, cfg.layout);
+    let p = KernelParams::new(&out);
+    let host = crate::batch::Normalizer::new(out.mean, out.std, out.layout);
     let mut out = BatchStorage::new(Dtype::F32, 3);
     for v in 0..=255u8 {
         host.write(&[v, v, v], &mut out, 0);
@@ -59,25 +58,25 @@ fn kernel_f32(src: &[u8], dst: &mut [f32], p: &KernelParams) {
 #[test]
 fn kernel_indexing_matches_the_host_layouts() {
     for layout in [Layout::Nhwc, Layout::Nchw] {
-        let cfg = Config {
+        let out = OutputSettings {
             height: 3,
             width: 5,
             layout,
             mean: [0.1, 0.2, 0.3],
             std: [0.5, 0.25, 2.0],
-            ..Config::default()
+            ..OutputSettings::default()
         };
         let sample = 3 * 5 * 3;
         let images = 4;
         let src: Vec<u8> = (0..images * sample).map(|i| (i * 37 % 251) as u8).collect();
-        let host = crate::batch::Normalizer::new(cfg.mean, cfg.std, layout);
+        let host = crate::batch::Normalizer::new(out.mean, out.std, layout);
         let mut want = BatchStorage::new(Dtype::F32, images * sample);
         for (k, px) in src.chunks_exact(sample).enumerate() {
             host.write(px, &mut want, k);
         }
         let p = KernelParams {
             pixels: (images * 15) as u64,
-            ..KernelParams::new(&cfg)
+            ..KernelParams::new(&out)
         };
         let mut got = vec![0f32; images * sample];
         kernel_f32(&src, &mut got, &p);

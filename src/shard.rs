@@ -1,5 +1,7 @@
-//! Which rank this process is, from the environment its launcher set: torchrun, Slurm's
-//! `srun`, Open MPI's `mpirun`, or MPICH / Intel MPI (PMI).
+//! Sharding: this rank's settings (rank, world size, padding; the plan in
+//! `pipeline/plan.rs` splits each epoch by them), and which rank this process is, from the
+//! environment its launcher set: torchrun, Slurm's `srun`, Open MPI's `mpirun`, or MPICH /
+//! Intel MPI (PMI).
 //!
 //! A pure core ([`Launch::from_vars`], which takes a lookup function, so that tests need not
 //! touch the process's environment) and [`Launch::from_env`] over `std::env::var`.
@@ -7,6 +9,66 @@
 use std::fmt;
 
 use crate::error::Error;
+
+/// How a sharded loader makes every rank's share the same size when the source does not
+/// divide evenly by the world size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ShardPadding {
+    /// Ranks take disjoint samples whose union is the whole source (`floor` or `ceil` of
+    /// `n / world_size` each); only when that would give ranks different batch counts does a
+    /// short rank repeat one sample from the start of the epoch's permutation. The default.
+    #[default]
+    EqualBatches,
+    /// Repeat samples from the start of the epoch's permutation so that every rank gets
+    /// `ceil(n / world_size)` samples (PyTorch's `DistributedSampler` default).
+    Repeat,
+    /// Drop the tail so that every rank gets `floor(n / world_size)` samples.
+    Drop,
+}
+
+/// The shard stage's settings (default: rank 0 of 1).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShardSettings {
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+    pub(crate) padding: ShardPadding,
+}
+
+impl Default for ShardSettings {
+    fn default() -> Self {
+        ShardSettings {
+            rank: 0,
+            world_size: 1,
+            padding: ShardPadding::EqualBatches,
+        }
+    }
+}
+
+impl ShardSettings {
+    /// Checks the settings for a source of `len` samples.
+    pub(crate) fn validate(&self, len: usize) -> Result<(), Error> {
+        if self.world_size == 0 || self.rank >= self.world_size {
+            return Err(Error::config(
+                "shard",
+                format!(
+                    "rank {} of world size {}: need world_size >= 1 and rank < world_size",
+                    self.rank, self.world_size
+                ),
+            ));
+        }
+        if self.world_size > 1 && self.padding == ShardPadding::Drop && len < self.world_size {
+            return Err(Error::config(
+                "shard",
+                format!(
+                    "{len} samples cannot give each of {} ranks one with ShardPadding::Drop",
+                    self.world_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// The launcher whose variables gave a process its rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
