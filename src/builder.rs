@@ -15,7 +15,7 @@ use crate::loader::Loader;
 use crate::prefetch::Device;
 use crate::shard::ShardPadding;
 use crate::source::Source;
-use crate::transform::{ResizeFilter, ResizeMode, Transform};
+use crate::{ResizeFilter, ResizeMode, Transform};
 
 /// Builds a [`Loader`]. Every setting has a documented default; [`build`](Self::build)
 /// validates them all and starts no thread.

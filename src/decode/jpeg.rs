@@ -52,7 +52,7 @@ impl Decoder {
         // Only a crop's region is decoded (libjpeg-turbo; zune-jpeg decodes the whole frame).
         let (dw, dh) = decoded_dims(&info, scale, crop.filter(|_| use_turbo));
         let estimate = jpeg_working_set(&info, (dw, dh), use_turbo)
-            .max(rgb_bytes(dw, dh) + crate::transform::resize_working_set(dw, dh, geom));
+            .max(rgb_bytes(dw, dh) + super::resize_working_set(dw, dh, geom));
         // The file's bytes are held through the decode: they count against the thread's share.
         let estimate = estimate.saturating_add(bytes.len() as u64);
         if !gate_held && estimate > gate.small() {
@@ -670,8 +670,8 @@ pub(crate) fn jpeg_working_set(info: &JpegInfo, decoded: (u32, u32), turbo: bool
 mod tests {
     use super::*;
     use crate::decode::DecodeSettings;
+    use crate::decode::Geometry;
     use crate::decode::{LargeGate, SMALL_DECODE_BYTES};
-    use crate::transform::Geometry;
 
     #[cfg(unix)]
     /// Which JPEGs decode to planes, and that their samples stay close to libjpeg-turbo's
@@ -732,7 +732,7 @@ mod tests {
                 &bytes,
                 &path,
                 &geom,
-                crate::decode::Target::Sample(crate::transform::Draw::default()),
+                crate::decode::Target::Sample(crate::decode::Draw::default()),
                 false,
                 &gate,
                 &mut a,
@@ -743,7 +743,7 @@ mod tests {
                     &bytes,
                     &path,
                     &geom,
-                    crate::decode::Target::Sample(crate::transform::Draw::default()),
+                    crate::decode::Target::Sample(crate::decode::Draw::default()),
                     false,
                     &gate,
                     &mut b,
@@ -762,7 +762,8 @@ mod tests {
     #[cfg(feature = "turbojpeg")]
     #[test]
     fn crop_decodes_match_a_full_decode_cut_to_the_same_box() {
-        use crate::transform::{Draw, Resizer, Transform};
+        use crate::decode::{Draw, Resizer};
+        use crate::Transform;
         let settings = |dct| DecodeSettings {
             max_pixels: 1 << 26,
             apply_exif: true,

@@ -46,7 +46,15 @@ use std::time::{Duration, Instant};
 
 use crate::error::{DecodeFailure, Error};
 use crate::image::{Decoded, Rect};
-use crate::transform::{Draw, Geometry, Resizer};
+// The decode stage produces samples: it decodes an image and hands it to the transforms
+// (crop geometry, resize, orientation, flip). The rest of the crate reaches the transforms
+// through these names, so that `transform/` has one caller.
+#[cfg(feature = "unstable-tools")]
+pub(crate) use crate::transform::orient;
+pub(crate) use crate::transform::{
+    base_len, crop_box, display_dims, flip_horizontal, resize_working_set, to_stored, Draw,
+    Geometry, Resizer, RESIZE_RETAINED_BYTES,
+};
 pub(crate) use gate::{
     GateGuard, LargeGate, LARGE_BYTES_PER_PIXEL, LARGE_SHARED_BYTES, RETAIN_BYTES,
     SMALL_DECODE_BYTES,
@@ -514,14 +522,9 @@ fn stored_crop(geom: &Geometry, draw: &Draw, w: u32, h: u32, o: u8) -> Option<Re
     if !geom.transform.crops() {
         return None;
     }
-    let (dw, dh) = crate::transform::display_dims(w, h, o);
-    let r = crate::transform::crop_box(&geom.transform, dw, dh, (geom.width, geom.height), draw);
-    Some(crate::transform::to_stored(
-        r,
-        f64::from(dw),
-        f64::from(dh),
-        o,
-    ))
+    let (dw, dh) = display_dims(w, h, o);
+    let r = crop_box(&geom.transform, dw, dh, (geom.width, geom.height), draw);
+    Some(to_stored(r, f64::from(dw), f64::from(dh), o))
 }
 
 /// Images whose headers [`typical_working_set`] reads.
@@ -539,8 +542,8 @@ pub(crate) fn thread_bytes(share: u64, sample_len: u64, base_side: Option<u32>) 
     share
         .saturating_add(RETAIN_BYTES)
         .saturating_add(2 * sample_len)
-        .saturating_add(crate::transform::RESIZE_RETAINED_BYTES as u64)
-        .saturating_add(base_side.map_or(0, |s| crate::transform::base_len(s) as u64))
+        .saturating_add(RESIZE_RETAINED_BYTES as u64)
+        .saturating_add(base_side.map_or(0, |s| base_len(s) as u64))
 }
 
 /// The largest working set (file bytes included, as the decoder estimates it before decoding)
@@ -589,7 +592,7 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
             };
             let estimate = |d: (u32, u32)| {
                 jpeg::jpeg_working_set(&info, d, turbo)
-                    .max(rgb_bytes(d.0, d.1) + crate::transform::resize_working_set(d.0, d.1, geom))
+                    .max(rgb_bytes(d.0, d.1) + resize_working_set(d.0, d.1, geom))
             };
             let scaling = turbo && settings.dct_scaling && !info.lossless;
             let set = if !scaling {
@@ -636,9 +639,9 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
             } else {
                 px.saturating_mul(channels * u64::from(depth.max(8) / 8))
             };
-            let set = staged.saturating_add(rgb_bytes(w, h)).max(
-                rgb_bytes(w, h).saturating_add(crate::transform::resize_working_set(w, h, geom)),
-            );
+            let set = staged
+                .saturating_add(rgb_bytes(w, h))
+                .max(rgb_bytes(w, h).saturating_add(resize_working_set(w, h, geom)));
             (w, h, set)
         }
         _ => return None,

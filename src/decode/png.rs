@@ -135,7 +135,7 @@ impl Decoder {
                 ),
             ));
         }
-        let estimate = decoding.max(rgb + crate::transform::resize_working_set(w, h, geom));
+        let estimate = decoding.max(rgb + super::resize_working_set(w, h, geom));
         // The file's bytes are held through the decode: they count against the thread's share.
         let estimate = estimate.saturating_add(bytes.len() as u64);
         if !gate_held && estimate > gate.small() {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::handoff::HandoffReceiver;
-use super::EpochShared;
+use super::{BatchJob, Epoch};
 use crate::batch::BatchFormat;
 use crate::batch::Normalizer;
 use crate::batch::{Batch, Batcher};
@@ -21,7 +21,8 @@ use crate::shuffle::ShuffleBuffer;
 use crate::stats::add;
 
 pub(super) struct Sink<'a> {
-    shared: &'a EpochShared,
+    epoch: &'a Epoch,
+    job: &'a BatchJob,
     batcher: Batcher,
     format: BatchFormat,
     pool: (Sender<BatchParts>, Receiver<BatchParts>),
@@ -43,18 +44,18 @@ impl Sink<'_> {
     /// A batch buffer from the pool, or a new one; for a device, with a slot of its ring
     /// (waiting for one).
     fn fresh_parts(
-        shared: &EpochShared,
+        epoch: &Epoch,
+        job: &BatchJob,
         format: BatchFormat,
         pool: &Receiver<BatchParts>,
     ) -> BatchParts {
-        let cancelled = || shared.window.is_cancelled();
-        shared
-            .staging
-            .fresh_parts(format, pool, &cancelled, &shared.stats)
+        let cancelled = || epoch.window.is_cancelled();
+        job.staging
+            .fresh_parts(format, pool, &cancelled, &epoch.stats)
     }
 
     fn write(&mut self, pixels: Vec<u8>, index: u32) -> Option<BatchParts> {
-        let label = self.shared.source.index.label(index as usize);
+        let label = self.epoch.source.index.label(index as usize);
         self.timed(|batcher, fresh, recycle| {
             batcher.add(pixels, label, u64::from(index), fresh, recycle)
         })
@@ -71,8 +72,8 @@ impl Sink<'_> {
             &mut dyn FnMut(Vec<u8>),
         ) -> Option<BatchParts>,
     ) -> Option<BatchParts> {
-        let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.shared.samples.0);
-        let shared = self.shared;
+        let (format, pool_rx, samples) = (self.format, &self.pool.1, &self.job.samples.0);
+        let (epoch, job) = (self.epoch, self.job);
         let started = Instant::now();
         // A full batch's time waiting for a buffer (or a device slot) is not writing time.
         let mut waited = std::time::Duration::ZERO;
@@ -80,7 +81,7 @@ impl Sink<'_> {
             &mut self.batcher,
             &mut || {
                 let asked = Instant::now();
-                let parts = Self::fresh_parts(shared, format, pool_rx);
+                let parts = Self::fresh_parts(epoch, job, format, pool_rx);
                 waited = asked.elapsed();
                 parts
             },
@@ -89,7 +90,7 @@ impl Sink<'_> {
             },
         );
         add(
-            &shared.stats.batch_write_ns,
+            &epoch.stats.batch_write_ns,
             started.elapsed().saturating_sub(waited),
         );
         full
@@ -97,11 +98,11 @@ impl Sink<'_> {
 
     /// Writes a copy of a sample in place of a skipped one (sharded epochs keep their size).
     fn pad(&mut self, pixels: &[u8], index: u32) -> bool {
-        self.shared
+        self.epoch
             .stats
             .padded
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut copy = self.shared.samples.1.try_recv().unwrap_or_default();
+        let mut copy = self.job.samples.1.try_recv().unwrap_or_default();
         copy.clear();
         copy.extend_from_slice(pixels);
         self.emit(copy, index)
@@ -110,7 +111,7 @@ impl Sink<'_> {
     /// Sends a full batch (queueing its copy to a device first). `false`: stop, the consumer
     /// is gone or has been sent an error.
     fn send(&mut self, parts: BatchParts) -> bool {
-        let parts = match self.shared.staging.submit(parts, &self.shared.stats) {
+        let parts = match self.job.staging.submit(parts, &self.epoch.stats) {
             Ok(parts) => parts,
             Err(e) => {
                 let _ = self.out.send(Err(e));
@@ -120,29 +121,27 @@ impl Sink<'_> {
         let batch = Batch::new(
             parts,
             self.format,
-            self.shared.epoch,
+            self.epoch.number,
             self.position,
             self.pool.0.clone(),
         );
         let waited = Instant::now();
         // Autotune may allow fewer ready batches than the queue holds. (Without it the
         // queue's own bound applies: `send` blocks.)
-        let window = &self.shared.window;
-        while self.shared.cfg.tuning.autotune
-            && self.out.len() >= window.prefetch.load(Ordering::Relaxed)
-        {
+        let window = &self.epoch.window;
+        while self.job.autotune && self.out.len() >= window.prefetch.load(Ordering::Relaxed) {
             if window.is_cancelled() {
                 return false;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         let ok = self.out.send(Ok(batch)).is_ok();
-        add(&self.shared.stats.batcher_wait_ns, waited.elapsed());
+        add(&self.epoch.stats.batcher_wait_ns, waited.elapsed());
         ok
     }
 
     fn finish(&mut self) -> bool {
-        if self.shared.cfg.output.drop_remainder {
+        if self.job.output.drop_remainder {
             return true;
         }
         match self.timed(|batcher, fresh, recycle| batcher.finish(fresh, recycle)) {
@@ -177,64 +176,66 @@ pub(super) fn emit_output(
 }
 
 pub(super) fn batch_loop(
-    shared: &EpochShared,
+    epoch: &Epoch,
+    job: &BatchJob,
     rx: &HandoffReceiver,
     out: &Sender<Result<Batch, Error>>,
 ) {
     let stop = |e: Error| {
-        shared.window.cancel();
+        epoch.window.cancel();
         let _ = out.send(Err(e));
     };
-    if let Err(e) = catch_unwind(AssertUnwindSafe(|| batch_loop_inner(shared, rx, out)))
+    if let Err(e) = catch_unwind(AssertUnwindSafe(|| batch_loop_inner(epoch, job, rx, out)))
         .unwrap_or_else(|p| Err(Error::worker_panicked("batch", None, &*p)))
     {
         stop(e);
     }
-    shared.window.cancel();
+    epoch.window.cancel();
 }
 
 pub(super) fn batch_loop_inner(
-    shared: &EpochShared,
+    epoch: &Epoch,
+    job: &BatchJob,
     rx: &HandoffReceiver,
     out: &Sender<Result<Batch, Error>>,
 ) -> Result<(), Error> {
-    let cfg = &shared.cfg;
-    let format = cfg.output.format();
+    let format = job.output.format();
     let mut sink = Sink {
-        shared,
+        epoch,
+        job,
         batcher: Batcher::new(
             format,
-            Normalizer::new(cfg.output.mean, cfg.output.std, cfg.output.layout),
-            shared.normalize_pool.clone(),
+            Normalizer::new(job.output.mean, job.output.std, job.output.layout),
+            job.normalize_pool.clone(),
         ),
         format,
         // Room for every batch in circulation (queue, consumer, batcher), so a returned batch
         // is never freed and a new one never allocated in steady state.
-        pool: shared.batch_pool.clone(),
+        pool: job.batch_pool.clone(),
         out,
-        position: shared.offset as u64,
+        position: job.offset as u64,
     };
     // Sharded epochs must keep every rank's batch count equal, so a skipped sample is replaced
     // by a copy of the next (or, at the end, the last) good one; labels stay with their images.
-    let keep_size = cfg.shard.world_size > 1;
+    let keep_size = job.sharded;
     let mut owed_padding = 0u64;
     let mut last_good: Option<(Vec<u8>, u32)> = None;
-    let total = shared.plan.len();
-    let mut burst = Vec::with_capacity(shared.window.size);
+    let total = epoch.plan.len();
+    let mut burst = Vec::with_capacity(epoch.window.size);
     let mut next = 0usize;
     // Samples, or placeholders for failed ones: the buffer's choices then depend on the plan
     // alone, so a resumed epoch can replay them (`replay_buffer`).
-    let buffered = cfg.shuffle.sample_buffer() > 0;
-    let rng = shared
+    let buffered = job.shuffle.sample_buffer() > 0;
+    let rng = job
         .buffer_rng
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
-        .unwrap_or_else(|| Rng::for_stage(cfg.seed, shared.epoch, rng::STAGE_SHUFFLE_BUFFER));
+        .unwrap_or_else(|| Rng::for_stage(job.seed, epoch.number, rng::STAGE_SHUFFLE_BUFFER));
     let mut shuffle: ShuffleBuffer<Option<(Vec<u8>, u32)>> =
-        ShuffleBuffer::new(cfg.shuffle.sample_buffer(), rng);
+        ShuffleBuffer::new(job.shuffle.sample_buffer(), rng);
     // Buffer outputs so far, placeholders included (the resumable position when buffered).
-    let mut outputs = shared.offset as u64;
+    let mut outputs = job.offset as u64;
     let mut skipped = 0u64;
     while next < total {
         if !rx.take(&mut burst) {
@@ -246,7 +247,7 @@ pub(super) fn batch_loop_inner(
         // Released one by one as they are processed, as the window's memory bound assumes.
         for msg in burst.drain(..) {
             next += 1;
-            shared.window.release(next);
+            epoch.window.release(next);
             match msg.result {
                 Ok(pixels) => {
                     if keep_size {
@@ -262,19 +263,19 @@ pub(super) fn batch_loop_inner(
                         sink.position = if buffered {
                             outputs
                         } else {
-                            (shared.offset + next) as u64
+                            (job.offset + next) as u64
                         };
                         if !emit_output(&mut sink, out, keep_size, &mut last_good) {
                             return Ok(());
                         }
                     }
                 }
-                Err(e) => match cfg.on_error {
+                Err(e) => match job.on_error {
                     OnError::Skip { max } if e.is_data_error() => {
                         skipped += 1;
                         let path = e.path().map(PathBuf::from).unwrap_or_default();
                         log::warn!("skipping sample {}: {e}", msg.index);
-                        shared.stats.record_skip(path, e.to_string());
+                        epoch.stats.record_skip(path, e.to_string());
                         owed_padding += 1;
                         if buffered {
                             if let Some(out) = shuffle.push(None) {
@@ -297,7 +298,7 @@ pub(super) fn batch_loop_inner(
             }
         }
     }
-    sink.position = (shared.offset + total) as u64;
+    sink.position = (job.offset + total) as u64;
     while let Some(out) = shuffle.drain_one() {
         outputs += 1;
         if buffered {
@@ -319,8 +320,8 @@ pub(super) fn batch_loop_inner(
     if !sink.finish() {
         return Ok(());
     }
-    if let Some(cache) = &shared.cache {
-        cache.end_epoch(&shared.cache_mode)?;
+    if let Some(cache) = &job.cache {
+        cache.end_epoch(&epoch.cache_mode)?;
     }
     Ok(())
 }

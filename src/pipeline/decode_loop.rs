@@ -10,13 +10,13 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use super::handoff::HandoffSender;
-use super::{EpochShared, Loaded};
+use super::{DecodeJob, Epoch, Loaded};
 use crate::decode::Decoder;
 use crate::decode::Target;
+use crate::decode::{base_len, flip_horizontal, Draw, Geometry};
 use crate::error::Error;
 use crate::source::fetch::{ByteBudget, Fetched};
 use crate::stats::add;
-use crate::transform::{base_len, flip_horizontal, Draw, Geometry};
 
 /// Where a decode thread gets its work: claims from the window (local files), or fetched
 /// bytes from the fetch thread (with the byte budget to release).
@@ -25,20 +25,20 @@ pub(super) type FromFetch = Option<(Receiver<Fetched>, Arc<ByteBudget>)>;
 /// Decode thread number `thread`: loads samples until the plan is done (waiting while
 /// autotune has it inactive).
 pub(super) fn decode_loop(
-    shared: &EpochShared,
+    epoch: &Epoch,
+    job: &DecodeJob,
     tx: &HandoffSender,
     from_fetch: FromFetch,
     thread: usize,
 ) {
-    let cfg = &shared.cfg;
-    let geom = cfg.geometry();
+    let geom = job.geometry;
     let new_decoder = || {
-        let mut decoder = Decoder::new(cfg.decode.clone());
-        decoder.verified = shared.verified.clone();
+        let mut decoder = Decoder::new(job.settings.clone());
+        decoder.verified = job.verified.clone();
         decoder
     };
     // A decoder (with its grown buffers) from an earlier epoch, so later epochs allocate nothing.
-    let mut decoder = shared
+    let mut decoder = job
         .decoders
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -51,31 +51,32 @@ pub(super) fn decode_loop(
     loop {
         let waited = Instant::now();
         let (seq, index, mut fetched, held) = match &from_fetch {
-            None => match shared.window.claim_as(thread) {
-                Some(seq) => (seq, shared.plan[seq], None, 0),
+            None => match epoch.window.claim_as(thread) {
+                Some(seq) => (seq, epoch.plan[seq], None, 0),
                 None => break,
             },
-            Some(_) if !shared.window.wait_active(thread) => break,
+            Some(_) if !epoch.window.wait_active(thread) => break,
             Some((rx, _)) => match rx.recv() {
                 Ok(f) => (f.seq, f.index, f.bytes, f.held),
                 Err(_) => break, // the fetcher finished or stopped
             },
         };
-        add(&shared.stats.decode_wait_ns, waited.elapsed());
-        let mut buf = shared
+        add(&epoch.stats.decode_wait_ns, waited.elapsed());
+        let mut buf = job
             .samples
             .1
             .try_recv()
             .unwrap_or_else(|_| vec![0u8; sample_len]);
         let busy = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            shared.source.index.path_into(index as usize, &mut path);
-            if shared.cfg.panic_on_index == Some(u64::from(index)) {
+            epoch.source.index.path_into(index as usize, &mut path);
+            if job.panic_on_index == Some(u64::from(index)) {
                 panic!("injected panic (inject_panic_at_index)");
             }
             let mut load_from = |input| {
                 load(
-                    shared,
+                    epoch,
+                    job,
                     &mut decoder,
                     &path,
                     index,
@@ -94,11 +95,11 @@ pub(super) fn decode_loop(
         if let Some((_, budget)) = &from_fetch {
             budget.release(held);
         }
-        add(&shared.stats.decode_busy_ns, busy.elapsed());
+        add(&epoch.stats.decode_busy_ns, busy.elapsed());
         let times = decoder.take_times();
-        add(&shared.stats.read_ns, times.read);
-        add(&shared.stats.decode_ns, times.decode);
-        add(&shared.stats.resize_ns, times.resize);
+        add(&epoch.stats.read_ns, times.read);
+        add(&epoch.stats.decode_ns, times.decode);
+        add(&epoch.stats.resize_ns, times.resize);
         let result = match outcome {
             Ok(Ok(())) => Ok(buf),
             Ok(Err(e)) => Err(e),
@@ -107,7 +108,7 @@ pub(super) fn decode_loop(
                 decoder = new_decoder();
                 Err(Error::worker_panicked(
                     "decode",
-                    Some(shared.source.index.path(index as usize)),
+                    Some(epoch.source.index.path(index as usize)),
                     &*payload,
                 ))
             }
@@ -116,8 +117,7 @@ pub(super) fn decode_loop(
             break; // the batcher stopped: shut down
         }
     }
-    shared
-        .decoders
+    job.decoders
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(decoder);
@@ -138,8 +138,10 @@ pub(super) enum Input<'a> {
 /// from a complete cache by `Cache::lookup`, or decoded and recorded in a cache being
 /// written). A record holds what every epoch shares: the sample before its flip, or for a
 /// random transform the base image each epoch cuts its own box from (into `base`).
+#[allow(clippy::too_many_arguments)] // one sample: where it is, its bytes, its buffers
 pub(super) fn load(
-    shared: &EpochShared,
+    epoch: &Epoch,
+    job: &DecodeJob,
     decoder: &mut Decoder,
     path: &std::path::Path,
     index: u32,
@@ -147,16 +149,16 @@ pub(super) fn load(
     buf: &mut [u8],
     base: &mut Vec<u8>,
 ) -> Result<(), Error> {
-    let cfg = &shared.cfg;
-    let geom = cfg.geometry();
+    let geom = job.geometry;
     let draw = Draw {
-        seed: cfg.seed,
-        epoch: shared.epoch,
+        seed: job.seed,
+        epoch: epoch.number,
         index: u64::from(index),
     };
-    let Some(cache) = &shared.cache else {
+    let Some(cache) = &job.cache else {
         return decode(
-            shared,
+            epoch,
+            job,
             decoder,
             path,
             index,
@@ -166,23 +168,20 @@ pub(super) fn load(
             buf,
         );
     };
-    let label = shared.source.index.label(index as usize);
+    let label = epoch.source.index.label(index as usize);
     let cached = |target: Target, geom: &Geometry, record: &mut [u8]| {
-        if let Some(found) = cache.lookup(
-            &shared.cache_mode,
-            index,
-            label,
-            path,
-            record,
-            &shared.stats,
-        ) {
+        if let Some(found) =
+            cache.lookup(&epoch.cache_mode, index, label, path, record, &epoch.stats)
+        {
             return found;
         }
-        let result = decode(shared, decoder, path, index, input, geom, target, record);
-        shared.cache_mode.record(index, label, record, &result);
+        let result = decode(
+            epoch, job, decoder, path, index, input, geom, target, record,
+        );
+        epoch.cache_mode.record(index, label, record, &result);
         result
     };
-    match cfg.cache_base_side() {
+    match job.base_side {
         Some(side) => {
             base.resize(base_len(side), 0);
             cached(Target::Base { side }, &geom, base)?;
@@ -202,7 +201,8 @@ pub(super) fn load(
 /// Decodes one sample's bytes (from `input`) into `out`, as `target` says.
 #[allow(clippy::too_many_arguments)]
 fn decode(
-    shared: &EpochShared,
+    epoch: &Epoch,
+    job: &DecodeJob,
     decoder: &mut Decoder,
     path: &std::path::Path,
     index: u32,
@@ -212,11 +212,11 @@ fn decode(
     out: &mut [u8],
 ) -> Result<(), Error> {
     match input {
-        Input::File => decoder.load_file(path, geom, target, &shared.gate, out),
-        Input::Bytes(bytes) => decoder.load_bytes(bytes, path, geom, target, &shared.gate, out),
-        Input::CacheOnly => shared
+        Input::File => decoder.load_file(path, geom, target, &job.gate, out),
+        Input::Bytes(bytes) => decoder.load_bytes(bytes, path, geom, target, &job.gate, out),
+        Input::CacheOnly => epoch
             .source
-            .read_sample(index as usize, shared.cfg.decode.clone().max_file_bytes())
-            .and_then(|bytes| decoder.load_bytes(&bytes, path, geom, target, &shared.gate, out)),
+            .read_sample(index as usize, epoch.max_file_bytes)
+            .and_then(|bytes| decoder.load_bytes(&bytes, path, geom, target, &job.gate, out)),
     }
 }

@@ -8,7 +8,7 @@
 use crossbeam_channel::Sender;
 
 use super::window::Window;
-use super::EpochShared;
+use super::Epoch;
 use crate::cache::EpochCache;
 use crate::source::fetch::{ByteBudget, Claims, Fetch, Fetched, TryClaim};
 
@@ -25,11 +25,11 @@ impl Claims for Window {
 }
 
 /// The fetch thread's body.
-pub(crate) fn fetch_loop(shared: &EpochShared, tx: &Sender<Fetched>, budget: &ByteBudget) {
-    if matches!(shared.cache_mode, EpochCache::Read(_)) {
+pub(crate) fn fetch_loop(epoch: &Epoch, tx: &Sender<Fetched>, budget: &ByteBudget) {
+    if matches!(epoch.cache_mode, EpochCache::Read(_)) {
         // Every sample comes from the cache: hand out positions only.
-        while let Some(seq) = shared.window.claim() {
-            let index = shared.plan[seq];
+        while let Some(seq) = epoch.window.claim() {
+            let index = epoch.plan[seq];
             let f = Fetched {
                 seq,
                 index,
@@ -42,12 +42,12 @@ pub(crate) fn fetch_loop(shared: &EpochShared, tx: &Sender<Fetched>, budget: &By
         }
         return;
     }
-    shared.source.backing.fetch(&Fetch {
-        claims: &*shared.window,
-        plan: &shared.plan,
-        index: &shared.source.index,
+    epoch.source.backing.fetch(&Fetch {
+        claims: &*epoch.window,
+        plan: &epoch.plan,
+        index: &epoch.source.index,
         budget,
-        limit: shared.cfg.decode.clone().max_file_bytes(),
+        limit: epoch.max_file_bytes,
         tx,
     });
 }

@@ -61,12 +61,17 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::batch::Batch;
+use crate::batch::OutputSettings;
 use crate::cache::{Cache, EpochCache};
 use crate::config::Config;
+use crate::decode::DecodeSettings;
+use crate::decode::Geometry;
 use crate::decode::{Decoder, LargeGate, VerifiedFiles};
 use crate::error::Error;
+use crate::error::OnError;
 use crate::prefetch::{BatchParts, Staging};
 use crate::rng::Rng;
+use crate::shuffle::ShuffleSettings;
 use crate::source::Source;
 use crate::stats::StatsCell;
 
@@ -87,13 +92,59 @@ pub(crate) use plan::{contiguous, plan_len, resplit, split_len, Split};
 use plan::{plan, replay_buffer};
 pub(crate) use window::Window;
 
-/// What one epoch's threads share.
+/// What one epoch's threads share, in three parts: what every loop reads ([`Epoch`]), and
+/// what only the decode threads ([`DecodeJob`]) or only the batcher ([`BatchJob`]) read. The
+/// fetch and readahead threads read the [`Epoch`] alone.
 pub(crate) struct EpochShared {
-    pub(crate) cfg: Arc<Config>,
+    pub(crate) epoch: Epoch,
+    pub(crate) decode: DecodeJob,
+    pub(crate) batch: BatchJob,
+}
+
+/// What every loop of one epoch reads: the epoch's number, its plan and the window that hands
+/// out the plan's positions, the source, how the epoch uses the cache, and the counters.
+pub(crate) struct Epoch {
+    pub(crate) number: u64,
+    pub(crate) plan: Vec<u32>,
+    pub(crate) window: Arc<Window>,
     pub(crate) source: Arc<Source>,
+    pub(crate) cache_mode: EpochCache,
     pub(crate) stats: Arc<StatsCell>,
+    /// The largest file a sample may be (`DecodeSettings::max_file_bytes`).
+    pub(crate) max_file_bytes: u64,
+}
+
+/// The decode threads' settings and resources.
+pub(crate) struct DecodeJob {
+    pub(crate) settings: DecodeSettings,
+    /// The output size, transform, filter and flip.
+    pub(crate) geometry: Geometry,
+    /// Seeds each sample's draw (with the epoch and the index).
+    pub(crate) seed: u64,
+    /// With a cache and a random transform, the side of the base images the cache records.
+    pub(crate) base_side: Option<u32>,
+    /// A test hook: panic on this dataset index.
+    pub(crate) panic_on_index: Option<u64>,
     pub(crate) gate: Arc<LargeGate>,
-    pub(crate) epoch: u64,
+    pub(crate) cache: Option<Arc<Cache>>,
+    /// `u8` sample buffers, recycled by the batcher.
+    samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    decoders: Arc<Mutex<Vec<Decoder>>>,
+    /// The files strict cropped decodes have read to their end (`decode/verified.rs`).
+    pub(crate) verified: Option<Arc<VerifiedFiles>>,
+}
+
+/// The batcher's settings and resources.
+pub(crate) struct BatchJob {
+    pub(crate) output: OutputSettings,
+    pub(crate) shuffle: ShuffleSettings,
+    pub(crate) on_error: OnError,
+    /// Ranks share the epoch: a skipped sample is replaced so that batch counts stay equal.
+    pub(crate) sharded: bool,
+    /// Autotune may change the prefetch depth while the epoch runs.
+    pub(crate) autotune: bool,
+    /// Seeds the shuffle buffer (with the epoch).
+    pub(crate) seed: u64,
     /// Threads that write normalized samples into batch buffers in parallel.
     normalize_pool: Option<Arc<rayon::ThreadPool>>,
     /// Where full batches go: host memory or a device's slot ring.
@@ -104,15 +155,11 @@ pub(crate) struct EpochShared {
     /// With a sample shuffle buffer, on resumption: the buffer's generator as it was at the cut
     /// (the plan then starts with the `refill` samples it held).
     buffer_rng: Mutex<Option<Rng>>,
+    /// The cache, to commit at the end of the epoch.
     cache: Option<Arc<Cache>>,
-    pub(crate) cache_mode: EpochCache,
-    pub(crate) plan: Vec<u32>,
-    pub(crate) window: Arc<Window>,
+    /// `u8` sample buffers, returned to the decode threads.
     samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
     batch_pool: (Sender<BatchParts>, Receiver<BatchParts>),
-    decoders: Arc<Mutex<Vec<Decoder>>>,
-    /// The files strict cropped decodes have read to their end (`decode/verified.rs`).
-    pub(crate) verified: Option<Arc<VerifiedFiles>>,
 }
 
 /// Buffers recycled across all epochs of a loader: `u8` sample buffers and batch buffers.
@@ -278,33 +325,52 @@ pub(crate) fn start(
         std::sync::atomic::Ordering::Relaxed,
     );
     let shared = Arc::new(EpochShared {
-        // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
-        samples: pools.samples.clone(),
-        batch_pool: pools.batches.clone(),
-        decoders: pools.decoders.clone(),
-        verified: pools.verified.clone(),
-        cfg: cfg.clone(),
-        source,
-        stats,
-        gate,
-        epoch,
-        normalize_pool,
-        staging,
-        offset: start_at,
-        buffer_rng: Mutex::new(buffer_rng),
-        cache,
-        cache_mode,
-        plan,
-        window: window.clone(),
+        epoch: Epoch {
+            number: epoch,
+            plan,
+            window: window.clone(),
+            source,
+            cache_mode,
+            stats,
+            max_file_bytes: cfg.decode.max_file_bytes(),
+        },
+        decode: DecodeJob {
+            settings: cfg.decode.clone(),
+            geometry: cfg.geometry(),
+            seed: cfg.seed,
+            base_side: cfg.cache_base_side(),
+            panic_on_index: cfg.panic_on_index,
+            gate,
+            cache: cache.clone(),
+            samples: pools.samples.clone(),
+            decoders: pools.decoders.clone(),
+            verified: pools.verified.clone(),
+        },
+        batch: BatchJob {
+            output: cfg.output.clone(),
+            shuffle: cfg.shuffle,
+            on_error: cfg.on_error,
+            sharded: cfg.shard.world_size > 1,
+            autotune: cfg.tuning.autotune,
+            seed: cfg.seed,
+            normalize_pool,
+            staging,
+            offset: start_at,
+            buffer_rng: Mutex::new(buffer_rng),
+            cache,
+            samples: pools.samples.clone(),
+            batch_pool: pools.batches.clone(),
+        },
     });
     // The window bounds what is in flight, so the ring never overflows.
-    let (loaded_tx, loaded_rx) = handoff(window_size, shared.plan.len(), cfg.output.batch_size);
+    let (loaded_tx, loaded_rx) =
+        handoff(window_size, shared.epoch.plan.len(), cfg.output.batch_size);
     // The prefetch queue: ready batches ahead of the consumer.
     let (batch_tx, batch_rx) = bounded(queue);
     let mut handles = Vec::with_capacity(spawned_threads + 2);
     let mut hints = None;
     // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
-    let fetch = shared.source.backing.byte_bound().map(|bound| {
+    let fetch = shared.epoch.source.backing.byte_bound().map(|bound| {
         let (tx, rx) = bounded::<Fetched>(window_size);
         (tx, rx, Arc::new(ByteBudget::new(bound)))
     });
@@ -313,7 +379,7 @@ pub(crate) fn start(
             let (shared, tx, budget) = (shared.clone(), fetch_tx.clone(), budget.clone());
             let h = std::thread::Builder::new()
                 .name("imagefeed-fetch".into())
-                .spawn(move || fetch_loop(&shared, &tx, &budget))
+                .spawn(move || fetch_loop(&shared.epoch, &tx, &budget))
                 .map_err(Error::spawn)?;
             handles.push(("fetch", h));
         }
@@ -326,14 +392,14 @@ pub(crate) fn start(
             let from_fetch = fetch.as_ref().map(|(_, rx, b)| (rx.clone(), b.clone()));
             let h = std::thread::Builder::new()
                 .name(format!("imagefeed-decode-{t}"))
-                .spawn(move || decode_loop(&shared, &tx, from_fetch, t))
+                .spawn(move || decode_loop(&shared.epoch, &shared.decode, &tx, from_fetch, t))
                 .map_err(Error::spawn)?;
             handles.push(("decode", h));
         }
         let shared = shared.clone();
         let h = std::thread::Builder::new()
             .name("imagefeed-batch".into())
-            .spawn(move || batch_loop(&shared, &loaded_rx, &batch_tx))
+            .spawn(move || batch_loop(&shared.epoch, &shared.batch, &loaded_rx, &batch_tx))
             .map_err(Error::spawn)?;
         handles.push(("batch", h));
         Ok(())

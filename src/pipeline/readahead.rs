@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
-use super::EpochShared;
+use super::{Epoch, EpochShared};
 use crate::cache::EpochCache;
 use crate::error::Error;
 
@@ -135,7 +135,7 @@ impl Worker {
         let own = std::thread::Builder::new()
             .name("imagefeed-readahead".into())
             .spawn(move || {
-                run(&job.shared, job.depth, &mut Scratch::default());
+                run(&job.shared.epoch, job.depth, &mut Scratch::default());
                 drop(job);
             })
             .map_err(Error::spawn)?;
@@ -155,7 +155,7 @@ fn spawn_worker(busy: Arc<AtomicBool>) -> Result<(Sender<Job>, JoinHandle<()>), 
         .spawn(move || {
             let mut scratch = Scratch::default();
             for job in rx {
-                run(&job.shared, job.depth, &mut scratch);
+                run(&job.shared.epoch, job.depth, &mut scratch);
                 // Idle before the job's end is signalled, so that the next epoch, started
                 // right after this one ended, finds the thread free.
                 busy.store(false, Ordering::Release);
@@ -190,23 +190,23 @@ struct Scratch {
 /// Hints `shared`'s plan `depth` samples ahead of its decode threads until every position is
 /// hinted or claimed, or the epoch is cancelled: the samples' files, or their records when the
 /// epoch reads a complete cache.
-fn run(shared: &EpochShared, depth: usize, scratch: &mut Scratch) {
+fn run(epoch: &Epoch, depth: usize, scratch: &mut Scratch) {
     let Scratch { path, ahead } = scratch;
     ahead.start(READAHEAD_BYTES, depth);
-    let limit = shared.cfg.decode.clone().max_file_bytes();
-    let cache = match &shared.cache_mode {
+    let limit = epoch.max_file_bytes;
+    let cache = match &epoch.cache_mode {
         EpochCache::Read(map) => Some(map),
         _ => None,
     };
-    while let Some((positions, claimed)) = shared.window.to_hint() {
+    while let Some((positions, claimed)) = epoch.window.to_hint() {
         ahead.let_go(claimed);
         for seq in positions {
             // A cancelled epoch waits for this thread: stop within a few files.
-            if seq % 16 == 0 && shared.window.is_cancelled() {
+            if seq % 16 == 0 && epoch.window.is_cancelled() {
                 return;
             }
-            let index = shared.plan[seq];
-            let mut admit = |len| ahead.admit(seq, len, || shared.window.claimed());
+            let index = epoch.plan[seq];
+            let mut admit = |len| ahead.admit(seq, len, || epoch.window.claimed());
             match cache {
                 Some(map) => {
                     if admit(map.header.record_len()) {
@@ -214,7 +214,7 @@ fn run(shared: &EpochShared, depth: usize, scratch: &mut Scratch) {
                     }
                 }
                 None => {
-                    shared.source.index.path_into(index as usize, path);
+                    epoch.source.index.path_into(index as usize, path);
                     hint(path, limit, admit);
                 }
             }

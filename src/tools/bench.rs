@@ -5,7 +5,8 @@ use std::path::Path;
 
 use crate::batch::{BatchStorage, Dtype, Layout, Normalizer};
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
-use crate::transform::{Draw, Geometry, ResizeFilter};
+use crate::decode::{Draw, Geometry};
+use crate::ResizeFilter;
 
 /// A decoder for the criterion benches (`benches/decode.rs`): the loader's per-thread decoder
 /// with its buffers.
@@ -108,13 +109,13 @@ pub fn resize(
 
 /// Mirrors an RGB8 image `width` pixels wide left to right in place, as a flipped sample is.
 pub fn flip_horizontal(rgb: &mut [u8], width: usize) {
-    crate::transform::flip_horizontal(rgb, width)
+    crate::decode::flip_horizontal(rgb, width)
 }
 
 /// A resizer kept between calls, as a decode thread keeps one: images of a size it has seen
 /// reuse their filter taps and scratch.
 #[derive(Default)]
-pub struct BenchResizer(crate::transform::Resizer);
+pub struct BenchResizer(crate::decode::Resizer);
 
 impl BenchResizer {
     /// A resizer with nothing cached.

@@ -246,7 +246,7 @@ fn make_image(
             o => o,
         };
         let mut s = vec![0u8; rgb.len()];
-        crate::transform::orient(&rgb, w as usize, h as usize, inverse, &mut s);
+        crate::decode::orient(&rgb, w as usize, h as usize, inverse, &mut s);
         if orientation >= 5 {
             (s, h, w)
         } else {

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
+use crate::decode::Geometry;
 use crate::decode::{mean_squared_error, DecodeSettings, Decoder, JpegDecoder, LargeGate};
 use crate::error::Error;
 use crate::source::Source;
-use crate::transform::{Geometry, ResizeFilter};
+use crate::ResizeFilter;
 
 /// Reads the sample file at `path` into `bytes` as the pipeline does: a regular file (a FIFO
 /// would block, a device never end) of at most `limit` bytes. `false` if it is not one or
@@ -264,7 +265,7 @@ fn compare(
                 &bytes,
                 &path,
                 &geom_a,
-                crate::decode::Target::Sample(crate::transform::Draw::default()),
+                crate::decode::Target::Sample(crate::decode::Draw::default()),
                 false,
                 &gate,
                 &mut a,
@@ -275,7 +276,7 @@ fn compare(
                     &bytes,
                     &path,
                     &geom_b,
-                    crate::decode::Target::Sample(crate::transform::Draw::default()),
+                    crate::decode::Target::Sample(crate::decode::Draw::default()),
                     false,
                     &gate,
                     &mut b,

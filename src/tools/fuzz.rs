@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use crate::batch::{BatchStorage, Dtype, Layout, Normalizer};
 use crate::decode::{DecodeSettings, Decoder, JpegDecoder, LargeGate};
-use crate::transform::{Draw, Geometry, ResizeFilter};
+use crate::decode::{Draw, Geometry};
+use crate::ResizeFilter;
 
 /// Decodes `bytes` (named `name`, whose extension matters), resizes to `size`×`size`, orients
 /// and normalizes to f32 NCHW, with a small `max_pixels`. Odd sizes deliver JPEGs with
