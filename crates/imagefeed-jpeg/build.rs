@@ -9,8 +9,10 @@
 //! - On x86-64, the SIMD code is assembled with `nasm` (or `$NASM`) where it is installed. Where
 //!   it is not, the library is built without SIMD and a cargo warning says what that costs and
 //!   how to fix it.
-//! - With the `stock-libjpeg-turbo` feature the five files imagefeed patches are taken from
-//!   `stock/` (upstream 3.1.0 as released) instead, and `csrc/imagefeed_hooks.c` is left out.
+//! - `libjpeg-turbo/` holds the release's files unchanged (`vendor.sh`); imagefeed's copies of
+//!   the five files its patch changes, and its own C, are in `patched/`. With the
+//!   `stock-libjpeg-turbo` feature the release's five are compiled instead, and
+//!   `patched/imagefeed_hooks.c` is left out.
 //!
 //! The C is always optimized (`-O3`, as CMake's `Release` build), whatever the profile that
 //! builds this crate: a debug build of a training program gets the same decoder speed.
@@ -139,13 +141,14 @@ const SIMD_X86_64: &[&str] = &[
     "jidctint-avx2",
     "jquanti-avx2",
 ];
-/// The files imagefeed's patch changes, and where the stock ones are kept.
-const PATCHED: &[(&str, &str)] = &[
-    ("src/jdhuff.c", "stock/jdhuff.c"),
-    ("src/jdphuff.c", "stock/jdphuff.c"),
-    ("src/jdcoefct.c", "stock/jdcoefct.c"),
-    ("src/jdapistd.c", "stock/jdapistd.c"),
-    ("simd/x86_64/jsimd.c", "stock/jsimd_x86_64.c"),
+/// The files imagefeed's patch changes: its copies are in `patched/` under the same paths, and
+/// the default build compiles them instead of the vendored ones.
+const PATCHED: &[&str] = &[
+    "src/jdhuff.c",
+    "src/jdphuff.c",
+    "src/jdcoefct.c",
+    "src/jdapistd.c",
+    "simd/x86_64/jsimd.c",
 ];
 
 fn main() {
@@ -163,18 +166,16 @@ fn main() {
 
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=libjpeg-turbo");
-    println!("cargo:rerun-if-changed=stock");
-    println!("cargo:rerun-if-changed=csrc");
+    println!("cargo:rerun-if-changed=patched");
     println!("cargo:rerun-if-env-changed=NASM");
     println!("cargo:rerun-if-env-changed=CC");
 
-    // The file to compile for `rel` (a path under libjpeg-turbo/): the stock copy where the
-    // `stock-libjpeg-turbo` feature asks for it.
+    // The file to compile for `rel` (a path under libjpeg-turbo/): imagefeed's copy in
+    // patched/, unless the `stock-libjpeg-turbo` feature asks for the release's.
+    let patched = root.join("patched");
     let file = |rel: &str| -> PathBuf {
-        if stock {
-            if let Some((_, s)) = PATCHED.iter().find(|(p, _)| *p == rel) {
-                return root.join(s);
-            }
+        if !stock && PATCHED.contains(&rel) {
+            return patched.join(rel);
         }
         tree.join(rel)
     };
@@ -312,7 +313,7 @@ fn main() {
     let eight: Vec<&str> = JPEG16.iter().chain(JPEG12).chain(JPEG8).copied().collect();
     let mut eight_files = in_src(&eight);
     if !stock {
-        eight_files.push(root.join("csrc/imagefeed_hooks.c"));
+        eight_files.push(patched.join("imagefeed_hooks.c"));
     }
     compile("jpeg8", eight_files, &[], None);
     compile(
@@ -335,7 +336,7 @@ fn main() {
     );
     if with_simd {
         // jsimd.c includes "../../src/..." and "../jsimd.h": relative to its own folder, which
-        // the include path supplies for the stock copy kept elsewhere.
+        // the include path supplies for the patched copy kept in patched/.
         let simd_dir = tree.join("simd/x86_64");
         compile(
             "simd",
