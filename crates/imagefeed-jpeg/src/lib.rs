@@ -607,6 +607,19 @@ impl Decompressor {
         Ok(())
     }
 
+    /// libjpeg-turbo decodes a lossless JPEG at full size whatever the scaling factor (its
+    /// `jinit_master_decompress` turns IDCT scaling off), so the scaled size the buffers are
+    /// checked against would be wrong: a lossless file takes 1/1 only.
+    fn check_lossless_scale(&self, header: &Header) -> Result<()> {
+        if header.lossless && self.scaling.num != self.scaling.denom {
+            return Err(Error::Argument(format!(
+                "a lossless JPEG is decoded at full size only, not at the scaling factor {}/{}",
+                self.scaling.num, self.scaling.denom
+            )));
+        }
+        Ok(())
+    }
+
     /// The scaling factor in use.
     pub fn scaling_factor(&self) -> ScalingFactor {
         self.scaling
@@ -673,6 +686,7 @@ impl Decompressor {
     /// libjpeg-turbo reported a problem with the data.
     pub fn decompress(&mut self, jpeg: &[u8], output: Image<&mut [u8]>) -> Result<()> {
         let header = self.read_header(jpeg)?;
+        self.check_lossless_scale(&header)?;
         let (w, h) = match self.crop {
             Some(r) => (r.width, r.height),
             None => (
@@ -742,6 +756,7 @@ impl Decompressor {
             ));
         }
         let header = self.read_header(jpeg)?;
+        self.check_lossless_scale(&header)?;
         let (w, h) = (
             self.scaling.scale(header.width),
             self.scaling.scale(header.height),
