@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes imagefeed.patch: the diff from libjpeg-turbo 3.1.0 as released (libjpeg-turbo/, vendored
-# unchanged by vendor.sh) to imagefeed's copies of the five files it changes (patched/, compiled
+# unchanged by vendor.sh) to imagefeed's copies of the four files it changes (patched/, compiled
 # by the default build). `patch.sh --check` fails if imagefeed.patch is out of date (CI runs it).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -8,7 +8,7 @@ gen() {
   echo "imagefeed's patch to libjpeg-turbo 3.1.0: libjpeg-turbo/ holds the released files, patched/"
   echo "imagefeed's copies (see README.md). Written by patch.sh; apply with patch -p1 in a 3.1.0 tree."
   echo
-  for f in src/jdhuff.c src/jdphuff.c src/jdcoefct.c src/jdapistd.c simd/x86_64/jsimd.c; do
+  for f in src/jdhuff.c src/jdphuff.c src/jdcoefct.c src/jdapistd.c; do
     diff -u --label "a/$f" --label "b/$f" "libjpeg-turbo/$f" "patched/$f" || [ $? -eq 1 ]
   done
 }

@@ -26,10 +26,19 @@ dest="$here/libjpeg-turbo"
 manifest="$here/libjpeg-turbo.sha256"
 
 # Paths inside the release: build.rs's sources (8-, 12- and 16-bit sets, TurboJPEG, the x86-64
-# SIMD dispatcher and nasm files with their includes) and everything they include.
+# SIMD dispatcher and nasm files with their includes for the stock build, the aarch64 Neon code)
+# and everything they include.
 FILES=(
   LICENSE.md README.ijg README.md
   simd/jsimd.h
+  simd/arm/align.h simd/arm/jccolor-neon.c simd/arm/jcgray-neon.c simd/arm/jcgryext-neon.c
+  simd/arm/jchuff.h simd/arm/jcphuff-neon.c simd/arm/jcsample-neon.c simd/arm/jdcolext-neon.c
+  simd/arm/jdcolor-neon.c simd/arm/jdmerge-neon.c simd/arm/jdmrgext-neon.c
+  simd/arm/jdsample-neon.c simd/arm/jfdctfst-neon.c simd/arm/jfdctint-neon.c
+  simd/arm/jidctfst-neon.c simd/arm/jidctint-neon.c simd/arm/jidctred-neon.c
+  simd/arm/jquanti-neon.c simd/arm/neon-compat.h.in
+  simd/arm/aarch64/jccolext-neon.c simd/arm/aarch64/jchuff-neon.c simd/arm/aarch64/jsimd.c
+  simd/arm/aarch64/jsimd_neon.S
   simd/nasm/jcolsamp.inc simd/nasm/jdct.inc simd/nasm/jsimdcfg.inc simd/nasm/jsimdext.inc
   simd/x86_64/jccolext-avx2.asm simd/x86_64/jccolext-sse2.asm simd/x86_64/jccolor-avx2.asm
   simd/x86_64/jccolor-sse2.asm simd/x86_64/jcgray-avx2.asm simd/x86_64/jcgray-sse2.asm

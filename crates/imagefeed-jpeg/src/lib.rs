@@ -1,8 +1,9 @@
 //! # imagefeed-jpeg
 //!
 //! The JPEG decoder of [imagefeed](https://crates.io/crates/imagefeed): libjpeg-turbo 3.1.0,
-//! built from source with the `cc` crate (no CMake), its x86-64 SIMD code assembled with `nasm`
-//! where it is installed, and a thin safe wrapper over the TurboJPEG 3 calls imagefeed needs:
+//! built from source with the `cc` crate (no CMake; its SIMD code, on x86-64 imagefeed's C
+//! intrinsics and on aarch64 libjpeg-turbo's Neon code, needs no assembler), and a thin safe
+//! wrapper over the TurboJPEG 3 calls imagefeed needs:
 //! DCT-scaled decoding, a cropping region, decoding to planes, and compression (for test
 //! corpora).
 //!
@@ -52,7 +53,9 @@ pub struct DecoderInfo {
     /// Whether imagefeed's patch (faster Huffman decoding and 4x4 IDCT, bit-identical output) is
     /// in: `false` with the `stock-libjpeg-turbo` feature.
     pub patched: bool,
-    /// Whether the SIMD code was built (x86-64 with `nasm` at build time).
+    /// Whether SIMD code was built: on x86-64 always (imagefeed's intrinsics; with the
+    /// `stock-libjpeg-turbo` feature, libjpeg-turbo's nasm code where nasm was found), on
+    /// aarch64 libjpeg-turbo's Neon code.
     pub simd: bool,
 }
 
