@@ -420,6 +420,8 @@ fn main() {
                 vec![
                     patched.join("simd/x86_64/jsimd_intrinsics.c"),
                     patched.join("simd/x86_64/jidct-sse2.c"),
+                    patched.join("simd/x86_64/jdcolor-avx2.c"),
+                    patched.join("simd/x86_64/jdsample-sse2.c"),
                 ],
                 &[],
                 Some(&simd_dir),

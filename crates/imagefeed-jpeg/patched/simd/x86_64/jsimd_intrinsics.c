@@ -8,10 +8,13 @@
  * build, and offers only what the decoder's paths in imagefeed use: the
  * inverse DCTs at the scales 1/1 (islow), 1/2 (4x4, also two blocks at a time
  * with AVX2 in src/jdcoefct.c) and 1/4 (2x2); at 1/8 libjpeg-turbo's 1x1 IDCT
- * is scalar C in every build.  Every other jsimd_can_*() says no, so colour
- * conversion, upsampling and the encoder run libjpeg-turbo's C, whose output
- * is the SIMD code's (libjpeg-turbo's own tests expect the same results from
- * both for these algorithms).  The stubs below them are never called.
+ * is scalar C in every build; and YCbCr -> RGB colour conversion with AVX2
+ * (jdcolor-avx2.c) and 4:2:0 and 4:2:2 chroma upsampling with SSE2
+ * (jdsample-sse2.c), for decodes to RGB such as crops.  Every other
+ * jsimd_can_*() says no, so the rest and the encoder run libjpeg-turbo's C,
+ * whose output is the SIMD code's (libjpeg-turbo's own tests expect the same
+ * results from both for these algorithms).  The stubs below them are never
+ * called.
  *
  * As upstream's dispatcher, the CPU is asked once a thread, and
  * JSIMD_FORCESSE2=1 (no AVX2) and JSIMD_FORCENONE=1 (no SIMD) are read from
@@ -147,6 +150,71 @@ jsimd_idct_2x2(j_decompress_ptr cinfo, jpeg_component_info *compptr,
                           output_col);
 }
 
+EXTERN(void) imagefeed_ycc_rgb_convert_avx2(j_decompress_ptr cinfo,
+                                            JSAMPIMAGE input_buf,
+                                            JDIMENSION input_row,
+                                            JSAMPARRAY output_buf,
+                                            int num_rows);
+
+/* YCbCr -> RGB (every RGB output format) with AVX2 (jdcolor-avx2.c); without
+ * it, libjpeg-turbo's C conversion
+ */
+GLOBAL(int)
+jsimd_can_ycc_rgb(void)
+{
+  init_simd();
+  return BITS_IN_JSAMPLE == 8 && (simd_support & JSIMD_AVX2) != 0;
+}
+
+GLOBAL(void)
+jsimd_ycc_rgb_convert(j_decompress_ptr cinfo, JSAMPIMAGE input_buf,
+                      JDIMENSION input_row, JSAMPARRAY output_buf,
+                      int num_rows)
+{
+  imagefeed_ycc_rgb_convert_avx2(cinfo, input_buf, input_row, output_buf,
+                                 num_rows);
+}
+
+EXTERN(void) imagefeed_h2v2_fancy_upsample_sse2(j_decompress_ptr cinfo,
+                                                jpeg_component_info *compptr,
+                                                JSAMPARRAY input_data,
+                                                JSAMPARRAY *output_data_ptr);
+EXTERN(void) imagefeed_h2v1_fancy_upsample_sse2(j_decompress_ptr cinfo,
+                                                jpeg_component_info *compptr,
+                                                JSAMPARRAY input_data,
+                                                JSAMPARRAY *output_data_ptr);
+
+/* Fancy upsampling of 4:2:0 and 4:2:2 chroma (jdsample-sse2.c) */
+GLOBAL(int)
+jsimd_can_h2v2_fancy_upsample(void)
+{
+  init_simd();
+  return BITS_IN_JSAMPLE == 8 && (simd_support & JSIMD_SSE2) != 0;
+}
+
+GLOBAL(int)
+jsimd_can_h2v1_fancy_upsample(void)
+{
+  init_simd();
+  return BITS_IN_JSAMPLE == 8 && (simd_support & JSIMD_SSE2) != 0;
+}
+
+GLOBAL(void)
+jsimd_h2v2_fancy_upsample(j_decompress_ptr cinfo, jpeg_component_info *compptr,
+                          JSAMPARRAY input_data, JSAMPARRAY *output_data_ptr)
+{
+  imagefeed_h2v2_fancy_upsample_sse2(cinfo, compptr, input_data,
+                                     output_data_ptr);
+}
+
+GLOBAL(void)
+jsimd_h2v1_fancy_upsample(j_decompress_ptr cinfo, jpeg_component_info *compptr,
+                          JSAMPARRAY input_data, JSAMPARRAY *output_data_ptr)
+{
+  imagefeed_h2v1_fancy_upsample_sse2(cinfo, compptr, input_data,
+                                     output_data_ptr);
+}
+
 /* Whether src/jdcoefct.c may run two jsimd_idct_4x4() calls as one AVX2 pass
  * (its idct_4x4_pair_avx2(), bit for bit the two calls): where
  * jsimd_can_idct_4x4() holds and AVX2 is in use (JSIMD_FORCESSE2=1 turns it
@@ -170,12 +238,6 @@ jsimd_can_rgb_ycc(void)
 
 GLOBAL(int)
 jsimd_can_rgb_gray(void)
-{
-  return 0;
-}
-
-GLOBAL(int)
-jsimd_can_ycc_rgb(void)
 {
   return 0;
 }
@@ -209,16 +271,6 @@ jsimd_rgb_gray_convert(j_compress_ptr cinfo, JSAMPARRAY input_buf, JSAMPIMAGE ou
   (void)input_buf;
   (void)output_buf;
   (void)output_row;
-  (void)num_rows;
-}
-
-GLOBAL(void)
-jsimd_ycc_rgb_convert(j_decompress_ptr cinfo, JSAMPIMAGE input_buf, JDIMENSION input_row, JSAMPARRAY output_buf, int num_rows)
-{
-  (void)cinfo;
-  (void)input_buf;
-  (void)input_row;
-  (void)output_buf;
   (void)num_rows;
 }
 
@@ -333,39 +385,9 @@ jsimd_int_upsample(j_decompress_ptr cinfo, jpeg_component_info *compptr, JSAMPAR
 }
 
 GLOBAL(int)
-jsimd_can_h2v2_fancy_upsample(void)
-{
-  return 0;
-}
-
-GLOBAL(int)
-jsimd_can_h2v1_fancy_upsample(void)
-{
-  return 0;
-}
-
-GLOBAL(int)
 jsimd_can_h1v2_fancy_upsample(void)
 {
   return 0;
-}
-
-GLOBAL(void)
-jsimd_h2v2_fancy_upsample(j_decompress_ptr cinfo, jpeg_component_info *compptr, JSAMPARRAY input_data, JSAMPARRAY *output_data_ptr)
-{
-  (void)cinfo;
-  (void)compptr;
-  (void)input_data;
-  (void)output_data_ptr;
-}
-
-GLOBAL(void)
-jsimd_h2v1_fancy_upsample(j_decompress_ptr cinfo, jpeg_component_info *compptr, JSAMPARRAY input_data, JSAMPARRAY *output_data_ptr)
-{
-  (void)cinfo;
-  (void)compptr;
-  (void)input_data;
-  (void)output_data_ptr;
 }
 
 GLOBAL(void)
