@@ -6,11 +6,16 @@
 //!   12-bit ones again with `BITS_IN_JSAMPLE=12` and the 16-bit (lossless) ones with
 //!   `BITS_IN_JSAMPLE=16`, plus TurboJPEG, each set into its own object folder, and everything
 //!   is archived into one static library.
-//! - On x86-64, the SIMD code is assembled with `nasm` (or `$NASM`) where it is installed. Where
-//!   it is not, the library is built without SIMD and a cargo warning says what that costs and
-//!   how to fix it.
-//! - With the `stock-libjpeg-turbo` feature the five files imagefeed patches are taken from
-//!   `stock/` (upstream 3.1.0 as released) instead, and `csrc/imagefeed_hooks.c` is left out.
+//! - On x86-64 the SIMD code the decoder uses is imagefeed's C intrinsics
+//!   (`patched/simd/x86_64/`), built by the C compiler: no nasm. The `stock-libjpeg-turbo`
+//!   feature (and MSVC) takes libjpeg-turbo's own nasm files instead, assembled with `nasm` (or
+//!   `$NASM`) where it is installed; where it is not, a cargo warning says what that costs. On
+//!   aarch64, libjpeg-turbo's Neon code (intrinsics, and `jsimd_neon.S` where the compiler's
+//!   intrinsics are not complete).
+//! - `libjpeg-turbo/` holds the release's files unchanged (`vendor.sh`); imagefeed's copies of
+//!   the five files its patch changes, and its own C, are in `patched/`. With the
+//!   `stock-libjpeg-turbo` feature the release's five are compiled instead, and
+//!   `patched/imagefeed_hooks.c` is left out.
 //!
 //! The C is always optimized (`-O3`, as CMake's `Release` build), whatever the profile that
 //! builds this crate: a debug build of a training program gets the same decoder speed.
@@ -139,13 +144,47 @@ const SIMD_X86_64: &[&str] = &[
     "jidctint-avx2",
     "jquanti-avx2",
 ];
-/// The files imagefeed's patch changes, and where the stock ones are kept.
-const PATCHED: &[(&str, &str)] = &[
-    ("src/jdhuff.c", "stock/jdhuff.c"),
-    ("src/jdphuff.c", "stock/jdphuff.c"),
-    ("src/jdcoefct.c", "stock/jdcoefct.c"),
-    ("src/jdapistd.c", "stock/jdapistd.c"),
-    ("simd/x86_64/jsimd.c", "stock/jsimd_x86_64.c"),
+/// The aarch64 Neon code (simd/CMakeLists.txt), in every aarch64 build.
+const NEON: &[&str] = &[
+    "jcgray-neon.c",
+    "jcphuff-neon.c",
+    "jcsample-neon.c",
+    "jdmerge-neon.c",
+    "jdsample-neon.c",
+    "jfdctfst-neon.c",
+    "jidctred-neon.c",
+    "jquanti-neon.c",
+    "jidctfst-neon.c",
+];
+/// The Neon intrinsics that replace jsimd_neon.S where the compiler's intrinsics are complete.
+const NEON_INTRINSICS_ONLY: &[&str] = &[
+    "jccolor-neon.c",
+    "jidctint-neon.c",
+    "aarch64/jchuff-neon.c",
+    "jdcolor-neon.c",
+    "jfdctint-neon.c",
+];
+
+/// Which SIMD code the library gets.
+enum Simd {
+    None,
+    /// imagefeed's x86-64 intrinsics (patched/simd/x86_64/).
+    X86Intrinsics,
+    /// libjpeg-turbo's x86-64 SIMD, the objects nasm assembled.
+    X86Nasm(Vec<PathBuf>),
+    /// libjpeg-turbo's aarch64 Neon code; `intrinsics`: all of it as intrinsics.
+    Neon {
+        intrinsics: bool,
+    },
+}
+
+/// The files imagefeed's patch changes: its copies are in `patched/` under the same paths, and
+/// the default build compiles them instead of the vendored ones (with `patched/`'s own files).
+const PATCHED: &[&str] = &[
+    "src/jdhuff.c",
+    "src/jdphuff.c",
+    "src/jdcoefct.c",
+    "src/jdapistd.c",
 ];
 
 fn main() {
@@ -163,36 +202,36 @@ fn main() {
 
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=libjpeg-turbo");
-    println!("cargo:rerun-if-changed=stock");
-    println!("cargo:rerun-if-changed=csrc");
+    println!("cargo:rerun-if-changed=patched");
     println!("cargo:rerun-if-env-changed=NASM");
     println!("cargo:rerun-if-env-changed=CC");
 
-    // The file to compile for `rel` (a path under libjpeg-turbo/): the stock copy where the
-    // `stock-libjpeg-turbo` feature asks for it.
+    // The file to compile for `rel` (a path under libjpeg-turbo/): imagefeed's copy in
+    // patched/, unless the `stock-libjpeg-turbo` feature asks for the release's.
+    let patched = root.join("patched");
     let file = |rel: &str| -> PathBuf {
-        if stock {
-            if let Some((_, s)) = PATCHED.iter().find(|(p, _)| *p == rel) {
-                return root.join(s);
-            }
+        if !stock && PATCHED.contains(&rel) {
+            return patched.join(rel);
         }
         tree.join(rel)
     };
 
-    // SIMD: x86-64 through nasm where it runs; elsewhere none (see the warning).
-    let mut simd_objects = Vec::new();
-    let mut with_simd = false;
-    if arch == "x86_64" {
+    // SIMD. x86-64: imagefeed's C intrinsics (patched/simd/x86_64/), or for the stock build
+    // (and MSVC, where they are not built) upstream's nasm files where nasm runs. aarch64:
+    // upstream's Neon code. Elsewhere none (see the warning).
+    let gnu_like = !msvc;
+    let simd = if arch == "x86_64" && !stock && gnu_like {
+        Simd::X86Intrinsics
+    } else if arch == "x86_64" {
         match assemble_x86_64(&tree, &out, &os, msvc) {
-            Ok(objs) => {
-                simd_objects = objs;
-                with_simd = true;
-            }
+            Ok(objs) => Simd::X86Nasm(objs),
             Err(why) => {
                 for line in [
                     format!("imagefeed-jpeg: libjpeg-turbo is built WITHOUT its SIMD code: {why}."),
-                    "imagefeed-jpeg: JPEG decoding is then about 2.2x slower (scalar C: `imagefeed \
-                     floor` on 500 images of `imagefeed corpus`, one thread, 2026-12-05)."
+                    "imagefeed-jpeg: this build (the stock-libjpeg-turbo feature, or MSVC) takes \
+                     libjpeg-turbo's own x86-64 SIMD code, which nasm assembles; without it JPEG \
+                     decoding is about 2.2x slower (scalar C: `imagefeed floor` on 500 images of \
+                     `imagefeed corpus`, one thread, 2026-12-05)."
                         .to_string(),
                     "imagefeed-jpeg: install nasm (Debian/Ubuntu: `apt-get install nasm`, macOS: \
                      `brew install nasm`) or set NASM=/path/to/nasm, then `cargo clean -p \
@@ -201,14 +240,21 @@ fn main() {
                 ] {
                     println!("cargo:warning={line}");
                 }
+                Simd::None
             }
+        }
+    } else if arch == "aarch64" && gnu_like {
+        Simd::Neon {
+            intrinsics: neon_intrinsics_complete(),
         }
     } else {
         println!(
-            "cargo:warning=imagefeed-jpeg: no SIMD code is built for {arch} (only x86-64's is); \
-             JPEG decoding runs libjpeg-turbo's scalar C"
+            "cargo:warning=imagefeed-jpeg: no SIMD code is built for {arch} (only x86-64's and \
+             aarch64's are); JPEG decoding runs libjpeg-turbo's scalar C"
         );
-    }
+        Simd::None
+    };
+    let with_simd = !matches!(simd, Simd::None);
 
     // Configuration headers, as CMake writes them.
     let include = out.join("include");
@@ -312,7 +358,7 @@ fn main() {
     let eight: Vec<&str> = JPEG16.iter().chain(JPEG12).chain(JPEG8).copied().collect();
     let mut eight_files = in_src(&eight);
     if !stock {
-        eight_files.push(root.join("csrc/imagefeed_hooks.c"));
+        eight_files.push(patched.join("imagefeed_hooks.c"));
     }
     compile("jpeg8", eight_files, &[], None);
     compile(
@@ -333,16 +379,98 @@ fn main() {
         &[("BITS_IN_JSAMPLE", "16"), ("PPM_SUPPORTED", "1")],
         None,
     );
-    if with_simd {
-        // jsimd.c includes "../../src/..." and "../jsimd.h": relative to its own folder, which
-        // the include path supplies for the stock copy kept elsewhere.
-        let simd_dir = tree.join("simd/x86_64");
-        compile(
-            "simd",
-            vec![file("simd/x86_64/jsimd.c")],
-            &[],
-            Some(&simd_dir),
-        );
+    let mut simd_objects = Vec::new();
+    match &simd {
+        Simd::None => {}
+        Simd::X86Intrinsics => {
+            // jpeg_nbits.c leaves its table (the C Huffman encoders') out on x86 with SIMD,
+            // where upstream's nasm Huffman encoder defines it; this build has none, so the
+            // table is compiled from jpeg_nbits.c once more, configured without SIMD.
+            let nbits_include = out.join("include-nbits");
+            fs::create_dir_all(&nbits_include).expect("create OUT_DIR/include-nbits");
+            let no_simd: Vec<(&str, Option<&str>)> = vars
+                .iter()
+                .map(|&(k, v)| (k, if k == "WITH_SIMD" { None } else { v }))
+                .collect();
+            let template = fs::read_to_string(src.join("jconfigint.h.in"))
+                .unwrap_or_else(|e| panic!("read libjpeg-turbo/src/jconfigint.h.in: {e}"));
+            write_if_changed(
+                &nbits_include.join("jconfigint.h"),
+                &configure(&template, &no_simd),
+            );
+            let dir = out.join("obj").join("nbits");
+            fs::create_dir_all(&dir).expect("create object folder");
+            let mut b = cc::Build::new();
+            b.include(&nbits_include)
+                .include(&include)
+                .opt_level(3)
+                .debug(false)
+                .define("NDEBUG", None)
+                .warnings(false)
+                .cargo_metadata(false)
+                .out_dir(&dir)
+                .file(src.join("jpeg_nbits.c"));
+            fuzz_flags(&mut b);
+            simd_objects.extend(b.compile_intermediates());
+            // The files include "../../src/..." and "../jsimd.h": relative to their folder in
+            // libjpeg-turbo/, which the include path supplies for our copies in patched/.
+            let simd_dir = tree.join("simd/x86_64");
+            compile(
+                "simd",
+                vec![
+                    patched.join("simd/x86_64/jsimd_intrinsics.c"),
+                    patched.join("simd/x86_64/jidct-sse2.c"),
+                    patched.join("simd/x86_64/jdcolor-avx2.c"),
+                    patched.join("simd/x86_64/jdsample-sse2.c"),
+                ],
+                &[],
+                Some(&simd_dir),
+            );
+        }
+        Simd::X86Nasm(objs) => {
+            simd_objects.clone_from(objs);
+            let simd_dir = tree.join("simd/x86_64");
+            compile(
+                "simd",
+                vec![tree.join("simd/x86_64/jsimd.c")],
+                &[],
+                Some(&simd_dir),
+            );
+        }
+        Simd::Neon { intrinsics } => {
+            // simd/CMakeLists.txt's aarch64 set: the Neon intrinsics, with the older assembly
+            // (jsimd_neon.S) for the few routines where the compiler's intrinsics are not
+            // complete (GCC before 12, some older Clang), as upstream chooses.
+            let neon_compat = configure(
+                &fs::read_to_string(tree.join("simd/arm/neon-compat.h.in"))
+                    .unwrap_or_else(|e| panic!("read neon-compat.h.in: {e}")),
+                &[
+                    ("HAVE_VLD1_S16_X3", yes(*intrinsics)),
+                    ("HAVE_VLD1_U16_X2", yes(*intrinsics)),
+                    ("HAVE_VLD1Q_U8_X4", yes(*intrinsics)),
+                ],
+            );
+            write_if_changed(&include.join("neon-compat.h"), &neon_compat);
+            let mut files: Vec<PathBuf> =
+                NEON.iter().map(|n| tree.join("simd/arm").join(n)).collect();
+            if *intrinsics {
+                files.extend(
+                    NEON_INTRINSICS_ONLY
+                        .iter()
+                        .map(|n| tree.join("simd/arm").join(n)),
+                );
+            } else {
+                files.push(tree.join("simd/arm/aarch64/jsimd_neon.S"));
+            }
+            files.push(tree.join("simd/arm/aarch64/jsimd.c"));
+            let defines: &[(&str, &str)] = if *intrinsics {
+                &[("NEON_INTRINSICS", "1")]
+            } else {
+                &[]
+            };
+            let arm_dir = tree.join("simd/arm");
+            compile("simd", files, defines, Some(&arm_dir));
+        }
     }
 
     let mut lib = cc::Build::new();
@@ -357,6 +485,37 @@ fn main() {
     );
     println!("cargo:rustc-check-cfg=cfg(imagefeed_jpeg_simd, values(\"yes\", \"no\"))");
     println!("cargo:include={}", src.display());
+}
+
+/// simd/CMakeLists.txt's test: whether the compiler has the three Neon intrinsics (vld1_s16_x3,
+/// vld1_u16_x2, vld1q_u8_x4) whose absence marks GCC before 12 and older Clang, and is not GCC
+/// before 12 (whose intrinsics are slower than the assembly).
+fn neon_intrinsics_complete() -> bool {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let probe = out.join("neon-probe.c");
+    let text = "#include <arm_neon.h>\n\
+        #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 12\n\
+        #error GCC before 12\n\
+        #endif\n\
+        int neon_probe(int16_t *s, uint16_t *u, uint8_t *b) {\n\
+          int16x4x3_t x = vld1_s16_x3(s);\n\
+          uint16x4x2_t y = vld1_u16_x2(u);\n\
+          uint8x16x4_t z = vld1q_u8_x4(b);\n\
+          vst3_s16(s, x); vst2_u16(u, y); vst4q_u8(b, z);\n\
+          return s[0];\n\
+        }\n";
+    write_if_changed(&probe, text);
+    let dir = out.join("obj").join("neon-probe");
+    if fs::create_dir_all(&dir).is_err() {
+        return false;
+    }
+    cc::Build::new()
+        .file(&probe)
+        .out_dir(&dir)
+        .warnings(false)
+        .cargo_metadata(false)
+        .try_compile_intermediates()
+        .is_ok()
 }
 
 /// Coverage (and AddressSanitizer) flags for the C when cargo-fuzz builds this crate.

@@ -8,7 +8,8 @@
 #
 # COPIES damaged copies of each file (default 60); FILE... defaults to every JPEG in testdata/.
 # Exits 1 on any difference or sanitizer report. Needs gcc or clang with the sanitizer runtimes
-# (Debian: gcc's libasan and libubsan come with it) and nasm for the SIMD code.
+# (Debian: gcc's libasan and libubsan come with it), and nasm for the stock build's SIMD code
+# (libjpeg-turbo's own; the patched build's is C intrinsics).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -365,9 +365,18 @@ fn planes_digest(planes: &[u8], w: usize, h: usize, sub: Subsamp) -> u64 {
 }
 
 fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // `--write-copies DIR COPIES FILE...`: writes the inputs (each file and its damaged copies)
+    // to DIR instead of decoding them, for a harness on another machine (cross/aarch64.sh).
+    let write_to = if args.first().map(String::as_str) == Some("--write-copies") && args.len() > 1 {
+        let dir = args[1].clone();
+        args.drain(..2);
+        Some(std::path::PathBuf::from(dir))
+    } else {
+        None
+    };
     let Some((copies, files)) = args.split_first() else {
-        eprintln!("usage: diffcheck COPIES FILE...");
+        eprintln!("usage: diffcheck [--write-copies DIR] COPIES FILE...");
         return std::process::ExitCode::from(2);
     };
     let Ok(copies) = copies.parse::<u64>() else {
@@ -392,12 +401,28 @@ fn main() -> std::process::ExitCode {
             } else {
                 damaged(&bytes, seed, copy)
             };
+            if let Some(dir) = &write_to {
+                let name = std::path::Path::new(file)
+                    .file_name()
+                    .map_or_else(|| "input".into(), |n| n.to_string_lossy().into_owned());
+                let path = dir.join(format!("{lines:06}-{copy:03}-{name}"));
+                if let Err(e) = std::fs::write(&path, &input) {
+                    eprintln!("diffcheck: {}: {e}", path.display());
+                    return std::process::ExitCode::from(2);
+                }
+                lines += 1;
+                continue;
+            }
             let mut rng = Rng(seed ^ copy);
             let label = format!("{file} copy {copy}");
             let text = outcomes(&label, &input, &bytes, &mut rng, &mut checks);
             println!("{file} {copy} {:016x} {}", fnv(text.as_bytes()), text.len());
             lines += 1;
         }
+    }
+    if write_to.is_some() {
+        eprintln!("diffcheck: wrote {lines} inputs from {} files", files.len());
+        return std::process::ExitCode::SUCCESS;
     }
     eprintln!("diffcheck: {lines} decodes of {} files", files.len());
     if imagefeed_jpeg::info().patched {

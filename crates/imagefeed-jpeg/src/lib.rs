@@ -1,8 +1,9 @@
 //! # imagefeed-jpeg
 //!
 //! The JPEG decoder of [imagefeed](https://crates.io/crates/imagefeed): libjpeg-turbo 3.1.0,
-//! built from source with the `cc` crate (no CMake), its x86-64 SIMD code assembled with `nasm`
-//! where it is installed, and a thin safe wrapper over the TurboJPEG 3 calls imagefeed needs:
+//! built from source with the `cc` crate (no CMake; its SIMD code, on x86-64 imagefeed's C
+//! intrinsics and on aarch64 libjpeg-turbo's Neon code, needs no assembler), and a thin safe
+//! wrapper over the TurboJPEG 3 calls imagefeed needs:
 //! DCT-scaled decoding, a cropping region, decoding to planes, and compression (for test
 //! corpora).
 //!
@@ -52,7 +53,9 @@ pub struct DecoderInfo {
     /// Whether imagefeed's patch (faster Huffman decoding and 4x4 IDCT, bit-identical output) is
     /// in: `false` with the `stock-libjpeg-turbo` feature.
     pub patched: bool,
-    /// Whether the SIMD code was built (x86-64 with `nasm` at build time).
+    /// Whether SIMD code was built: on x86-64 always (imagefeed's intrinsics; with the
+    /// `stock-libjpeg-turbo` feature, libjpeg-turbo's nasm code where nasm was found), on
+    /// aarch64 libjpeg-turbo's Neon code.
     pub simd: bool,
 }
 
@@ -607,6 +610,19 @@ impl Decompressor {
         Ok(())
     }
 
+    /// libjpeg-turbo decodes a lossless JPEG at full size whatever the scaling factor (its
+    /// `jinit_master_decompress` turns IDCT scaling off), so the scaled size the buffers are
+    /// checked against would be wrong: a lossless file takes 1/1 only.
+    fn check_lossless_scale(&self, header: &Header) -> Result<()> {
+        if header.lossless && self.scaling.num != self.scaling.denom {
+            return Err(Error::Argument(format!(
+                "a lossless JPEG is decoded at full size only, not at the scaling factor {}/{}",
+                self.scaling.num, self.scaling.denom
+            )));
+        }
+        Ok(())
+    }
+
     /// The scaling factor in use.
     pub fn scaling_factor(&self) -> ScalingFactor {
         self.scaling
@@ -673,6 +689,7 @@ impl Decompressor {
     /// libjpeg-turbo reported a problem with the data.
     pub fn decompress(&mut self, jpeg: &[u8], output: Image<&mut [u8]>) -> Result<()> {
         let header = self.read_header(jpeg)?;
+        self.check_lossless_scale(&header)?;
         let (w, h) = match self.crop {
             Some(r) => (r.width, r.height),
             None => (
@@ -742,6 +759,7 @@ impl Decompressor {
             ));
         }
         let header = self.read_header(jpeg)?;
+        self.check_lossless_scale(&header)?;
         let (w, h) = (
             self.scaling.scale(header.width),
             self.scaling.scale(header.height),

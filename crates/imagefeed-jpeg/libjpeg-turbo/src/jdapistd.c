@@ -459,47 +459,6 @@ increment_simple_rowgroup_ctr(j_decompress_ptr cinfo, JDIMENSION rows)
 }
 
 /*
- * imagefeed: a cropped decompression that still reads the whole file.  When
- * the caller skips the rows below its cropping region, libjpeg-turbo stops
- * decoding there and marks the end of the image reached, so damage further
- * on (or a bit error above, which a Huffman decoder notices only where the
- * data ends early or too late) is never reported.  Where the caller asked to
- * read to the end (imagefeed_jpeg_set_read_to_end(), csrc/imagefeed_hooks.c;
- * one value a thread), the skip to the bottom of a single-scan image instead
- * entropy-decodes the iMCU rows left, discarding the coefficients (no IDCT,
- * no colour conversion), and leaves the end of image to
- * jpeg_finish_decompress(), so that a damaged file gives the warnings a whole
- * decode gives.  A multi-scan file has consumed all its input before its
- * first row is output (its scans are not stopped below the crop then, see
- * jdcoefct.c).
- */
-EXTERN(int) imagefeed_jpeg_read_to_end(void);
-
-LOCAL(void)
-imagefeed_read_rest(j_decompress_ptr cinfo)
-{
-  my_coef_ptr coef = (my_coef_ptr)cinfo->coef;
-  JDIMENSION x;
-  int y;
-
-  while (cinfo->input_iMCU_row < cinfo->total_iMCU_rows) {
-    for (y = coef->MCU_vert_offset; y < coef->MCU_rows_per_iMCU_row; y++) {
-      for (x = coef->MCU_ctr; x < cinfo->MCUs_per_row; x++) {
-        if (!cinfo->entropy->insufficient_data)
-          cinfo->master->last_good_iMCU_row = cinfo->input_iMCU_row;
-        (*cinfo->entropy->decode_mcu) (cinfo, NULL);
-      }
-      coef->MCU_ctr = 0;
-    }
-    coef->MCU_vert_offset = 0;
-    cinfo->input_iMCU_row++;
-    if (cinfo->input_iMCU_row < cinfo->total_iMCU_rows)
-      start_iMCU_row(cinfo);
-  }
-}
-
-
-/*
  * Skips some scanlines of data from the JPEG decompressor.
  *
  * The return value will be the number of lines actually skipped.  If skipping
@@ -540,13 +499,6 @@ _jpeg_skip_scanlines(j_decompress_ptr cinfo, JDIMENSION num_lines)
       cinfo->output_height) {
     num_lines = cinfo->output_height - cinfo->output_scanline;
     cinfo->output_scanline = cinfo->output_height;
-    /* imagefeed: read the rest where the caller asked to (see above) */
-    if (imagefeed_jpeg_read_to_end() &&
-        !cinfo->inputctl->has_multiple_scans && !cinfo->inputctl->eoi_reached) {
-      imagefeed_read_rest(cinfo);
-      (*cinfo->inputctl->finish_input_pass) (cinfo);
-      return num_lines;
-    }
     (*cinfo->inputctl->finish_input_pass) (cinfo);
     cinfo->inputctl->eoi_reached = TRUE;
     return num_lines;

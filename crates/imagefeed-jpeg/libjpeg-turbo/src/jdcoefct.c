@@ -25,242 +25,6 @@
 #include "jsamplecomp.h"
 
 
-/* imagefeed: the reduced-size 4x4 IDCT (the pipeline's 1/2 scale) two blocks
- * at a time.  libjpeg-turbo runs jsimd_idct_4x4_sse2() once a block (8 columns
- * of 16-bit values per SSE2 register); idct_4x4_pair_avx2() below is the same
- * computation on two blocks at once, one in each 128-bit lane of the AVX2
- * registers, every step the lane-wise AVX2 form of the SSE2 step, so each
- * lane's result is bit for bit that of jsimd_idct_4x4_sse2() on its block.
- * The SSE2 code takes a shortcut for a block whose rows 1-3 and 5-7 are zero
- * (its first pass then shifts the dequantized row 0 in 16 bits, which wraps
- * where the full pass would saturate, so hostile values can differ): here
- * both are computed and each lane takes the one its block would.
- * decompress_onepass() and decompress_data() hold a 4x4 IDCT back until the
- * next one of the same MCU (or, in decompress_data(), of the same component)
- * comes, then run the pair; the blocks read and the output written are
- * disjoint, so order does not matter.
- * Built with GCC and Clang on x86-64 with SIMD, and used where
- * jsimd_imagefeed_can_idct_4x4_pair() finds AVX2 in use.
- */
-#if BITS_IN_JSAMPLE == 8 && defined(WITH_SIMD) && defined(__x86_64__) && \
-    !defined(__ILP32__) && (defined(__GNUC__) || defined(__clang__))
-#define IMAGEFEED_IDCT_PAIR  1
-#include "jdct.h"
-#include "jsimddct.h"
-#include <immintrin.h>
-
-EXTERN(int) jsimd_imagefeed_can_idct_4x4_pair(void);
-
-#define IDCTP_CONST_BITS  13
-#define IDCTP_PASS1_BITS  2
-/* Two 16-bit constants (a, b) in every 32-bit element, as the SSE2 code's
- * PW_* tables
- */
-#define IDCTP_PW(a, b) \
-  _mm256_set1_epi32((int)(((unsigned int)(unsigned short)(b) << 16) | \
-                          (unsigned short)(a)))
-
-__attribute__((target("avx2"))) static INLINE __m256i
-idctp_load2(const JCOEF *a, const JCOEF *b)
-{
-  return _mm256_inserti128_si256(
-    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
-    _mm_loadu_si128((const __m128i *)b), 1);
-}
-
-static INLINE void
-idctp_store4(JSAMPLE *p, int v)
-{
-  memcpy(p, &v, 4);
-}
-
-/* jsimd_idct_4x4_sse2(qa, ca, outa, cola) and jsimd_idct_4x4_sse2(qb, cb,
- * outb, colb), step for step (see simd/x86_64/jidctred-sse2.asm)
- */
-__attribute__((target("avx2"))) static void
-idct_4x4_pair_avx2(const ISLOW_MULT_TYPE *qa, const JCOEF *ca,
-                   JSAMPARRAY outa, JDIMENSION cola,
-                   const ISLOW_MULT_TYPE *qb, const JCOEF *cb,
-                   JSAMPARRAY outb, JDIMENSION colb)
-{
-  const __m256i pw_f256_f089 = IDCTP_PW(20995, 7373);     /* 2.562, 0.899 */
-  const __m256i pw_f106_mf217 = IDCTP_PW(8697, -17799);   /* 1.061, -2.172 */
-  const __m256i pw_mf060_mf050 = IDCTP_PW(-4926, -4176);  /* -0.601, -0.509 */
-  const __m256i pw_f145_mf021 = IDCTP_PW(11893, -1730);   /* 1.451, -0.211 */
-  const __m256i pw_f184_mf076 = IDCTP_PW(15137, -6270);   /* 1.847, -0.765 */
-  const __m256i pd_descale_p1 =
-    _mm256_set1_epi32(1 << (IDCTP_CONST_BITS - IDCTP_PASS1_BITS + 1 - 1));
-  const __m256i pd_descale_p2 =
-    _mm256_set1_epi32(1 << (IDCTP_CONST_BITS + IDCTP_PASS1_BITS + 3 + 1 - 1));
-  const __m256i zero = _mm256_setzero_si256();
-  const JCOEF *qa16 = (const JCOEF *)qa, *qb16 = (const JCOEF *)qb;
-  __m256i in1 = idctp_load2(ca + 8, cb + 8), in2 = idctp_load2(ca + 16, cb + 16);
-  __m256i in3 = idctp_load2(ca + 24, cb + 24), in5 = idctp_load2(ca + 40, cb + 40);
-  __m256i in6 = idctp_load2(ca + 48, cb + 48), in7 = idctp_load2(ca + 56, cb + 56);
-  __m256i z0 = _mm256_mullo_epi16(idctp_load2(ca, cb), idctp_load2(qa16, qb16));
-  __m256i ac, shortcut, col01, col23, col45, col67;
-
-  /* The SSE2 code's shortcut test, per lane: rows 1, 2, 3, 5, 6, 7 all 0 */
-  ac = _mm256_cmpeq_epi64(
-    _mm256_or_si256(_mm256_or_si256(_mm256_or_si256(in1, in2),
-                                    _mm256_or_si256(in3, in5)),
-                    _mm256_or_si256(in6, in7)), zero);
-  shortcut = _mm256_and_si256(ac, _mm256_shuffle_epi32(ac, 0x4E));
-
-  {
-    /* Pass 1: process columns.  Odd part */
-    __m256i x0 = _mm256_mullo_epi16(in1, idctp_load2(qa16 + 8, qb16 + 8));
-    __m256i x1 = _mm256_mullo_epi16(in3, idctp_load2(qa16 + 24, qb16 + 24));
-    __m256i x2 = _mm256_mullo_epi16(in5, idctp_load2(qa16 + 40, qb16 + 40));
-    __m256i x3 = _mm256_mullo_epi16(in7, idctp_load2(qa16 + 56, qb16 + 56));
-    __m256i x4 = _mm256_unpacklo_epi16(x0, x1);
-    __m256i x5 = _mm256_unpackhi_epi16(x0, x1);
-    __m256i x6 = _mm256_unpacklo_epi16(x2, x3);
-    __m256i x7 = _mm256_unpackhi_epi16(x2, x3);
-    __m256i tmp2L = _mm256_add_epi32(_mm256_madd_epi16(x6, pw_mf060_mf050),
-                                     _mm256_madd_epi16(x4, pw_f256_f089));
-    __m256i tmp2H = _mm256_add_epi32(_mm256_madd_epi16(x7, pw_mf060_mf050),
-                                     _mm256_madd_epi16(x5, pw_f256_f089));
-    __m256i tmp0L = _mm256_add_epi32(_mm256_madd_epi16(x6, pw_f145_mf021),
-                                     _mm256_madd_epi16(x4, pw_f106_mf217));
-    __m256i tmp0H = _mm256_add_epi32(_mm256_madd_epi16(x7, pw_f145_mf021),
-                                     _mm256_madd_epi16(x5, pw_f106_mf217));
-    /* Even part */
-    __m256i z2 = _mm256_mullo_epi16(in2, idctp_load2(qa16 + 16, qb16 + 16));
-    __m256i z3 = _mm256_mullo_epi16(in6, idctp_load2(qa16 + 48, qb16 + 48));
-    __m256i t0L = _mm256_srai_epi32(_mm256_unpacklo_epi16(zero, z0),
-                                    16 - IDCTP_CONST_BITS - 1);
-    __m256i t0H = _mm256_srai_epi32(_mm256_unpackhi_epi16(zero, z0),
-                                    16 - IDCTP_CONST_BITS - 1);
-    __m256i t2L = _mm256_madd_epi16(_mm256_unpacklo_epi16(z2, z3),
-                                    pw_f184_mf076);
-    __m256i t2H = _mm256_madd_epi16(_mm256_unpackhi_epi16(z2, z3),
-                                    pw_f184_mf076);
-    __m256i tmp10L = _mm256_add_epi32(t0L, t2L);
-    __m256i tmp10H = _mm256_add_epi32(t0H, t2H);
-    __m256i tmp12L = _mm256_sub_epi32(t0L, t2L);
-    __m256i tmp12H = _mm256_sub_epi32(t0H, t2H);
-    __m256i data0, data1, data2, data3, y1, y2, y6, y7;
-
-    /* Final output stage */
-#define IDCTP_DESCALE1(x) \
-  _mm256_srai_epi32(_mm256_add_epi32(x, pd_descale_p1), \
-                    IDCTP_CONST_BITS - IDCTP_PASS1_BITS + 1)
-    data0 = _mm256_packs_epi32(IDCTP_DESCALE1(_mm256_add_epi32(tmp10L, tmp2L)),
-                               IDCTP_DESCALE1(_mm256_add_epi32(tmp10H, tmp2H)));
-    data3 = _mm256_packs_epi32(IDCTP_DESCALE1(_mm256_sub_epi32(tmp10L, tmp2L)),
-                               IDCTP_DESCALE1(_mm256_sub_epi32(tmp10H, tmp2H)));
-    data1 = _mm256_packs_epi32(IDCTP_DESCALE1(_mm256_add_epi32(tmp12L, tmp0L)),
-                               IDCTP_DESCALE1(_mm256_add_epi32(tmp12H, tmp0H)));
-    data2 = _mm256_packs_epi32(IDCTP_DESCALE1(_mm256_sub_epi32(tmp12L, tmp0L)),
-                               IDCTP_DESCALE1(_mm256_sub_epi32(tmp12H, tmp0H)));
-    /* Transpose */
-    y1 = _mm256_unpacklo_epi16(data0, data1);
-    y6 = _mm256_unpackhi_epi16(data0, data1);
-    y2 = _mm256_unpacklo_epi16(data2, data3);
-    y7 = _mm256_unpackhi_epi16(data2, data3);
-    col01 = _mm256_unpacklo_epi32(y1, y2);
-    col23 = _mm256_unpackhi_epi32(y1, y2);
-    col45 = _mm256_unpacklo_epi32(y6, y7);
-    col67 = _mm256_unpackhi_epi32(y6, y7);
-  }
-  if (!_mm256_testz_si256(shortcut, shortcut)) {
-    /* The shortcut's pass 1, for the lanes whose block takes it */
-    __m256i s = _mm256_slli_epi16(z0, IDCTP_PASS1_BITS);
-    __m256i lo = _mm256_unpacklo_epi16(s, s), hi = _mm256_unpackhi_epi16(s, s);
-
-    col01 = _mm256_blendv_epi8(col01, _mm256_shuffle_epi32(lo, 0x50), shortcut);
-    col23 = _mm256_blendv_epi8(col23, _mm256_shuffle_epi32(lo, 0xFA), shortcut);
-    col45 = _mm256_blendv_epi8(col45, _mm256_shuffle_epi32(hi, 0x50), shortcut);
-    col67 = _mm256_blendv_epi8(col67, _mm256_shuffle_epi32(hi, 0xFA), shortcut);
-  }
-  {
-    /* Pass 2: process rows */
-    __m256i t0 = _mm256_srai_epi32(_mm256_unpacklo_epi16(zero, col01),
-                                   16 - IDCTP_CONST_BITS - 1);
-    __m256i o1 = _mm256_unpackhi_epi16(col01, col23);
-    __m256i o2 = _mm256_unpackhi_epi16(col45, col67);
-    __m256i tmp2 = _mm256_add_epi32(_mm256_madd_epi16(o2, pw_mf060_mf050),
-                                    _mm256_madd_epi16(o1, pw_f256_f089));
-    __m256i tmp0 = _mm256_add_epi32(_mm256_madd_epi16(o2, pw_f145_mf021),
-                                    _mm256_madd_epi16(o1, pw_f106_mf217));
-    __m256i t2 = _mm256_madd_epi16(_mm256_unpacklo_epi16(col23, col67),
-                                   pw_f184_mf076);
-    __m256i tmp10 = _mm256_add_epi32(t0, t2), tmp12 = _mm256_sub_epi32(t0, t2);
-    __m256i p02, p13, a, b, r01, r23, px;
-    __m128i pa, pb;
-
-#define IDCTP_DESCALE2(x) \
-  _mm256_srai_epi32(_mm256_add_epi32(x, pd_descale_p2), \
-                    IDCTP_CONST_BITS + IDCTP_PASS1_BITS + 3 + 1)
-    p02 = _mm256_packs_epi32(IDCTP_DESCALE2(_mm256_add_epi32(tmp10, tmp2)),
-                             IDCTP_DESCALE2(_mm256_sub_epi32(tmp12, tmp0)));
-    p13 = _mm256_packs_epi32(IDCTP_DESCALE2(_mm256_add_epi32(tmp12, tmp0)),
-                             IDCTP_DESCALE2(_mm256_sub_epi32(tmp10, tmp2)));
-    a = _mm256_unpacklo_epi16(p02, p13);
-    b = _mm256_unpackhi_epi16(p02, p13);
-    r01 = _mm256_unpacklo_epi32(a, b);
-    r23 = _mm256_unpackhi_epi32(a, b);
-    px = _mm256_add_epi8(_mm256_packs_epi16(r01, r23),
-                         _mm256_set1_epi8((char)CENTERJSAMPLE));
-    pa = _mm256_castsi256_si128(px);
-    pb = _mm256_extracti128_si256(px, 1);
-    /* Four bytes a row, as the SSE2 code's movd stores */
-    idctp_store4(outa[0] + cola, _mm_cvtsi128_si32(pa));
-    idctp_store4(outa[1] + cola, _mm_extract_epi32(pa, 1));
-    idctp_store4(outa[2] + cola, _mm_extract_epi32(pa, 2));
-    idctp_store4(outa[3] + cola, _mm_extract_epi32(pa, 3));
-    idctp_store4(outb[0] + colb, _mm_cvtsi128_si32(pb));
-    idctp_store4(outb[1] + colb, _mm_extract_epi32(pb, 1));
-    idctp_store4(outb[2] + colb, _mm_extract_epi32(pb, 2));
-    idctp_store4(outb[3] + colb, _mm_extract_epi32(pb, 3));
-  }
-}
-
-/* A 4x4 IDCT held back until the next one */
-typedef struct {
-  jpeg_component_info *compptr;   /* NULL: none held */
-  JCOEFPTR block;
-  JSAMPARRAY output;
-  JDIMENSION col;
-} idctp_pending;
-
-/* Runs the 4x4 IDCT of (compptr, block, output, col), paired with the one
- * held in *p if any, else holds it in *p.
- */
-LOCAL(void)
-idctp_push(idctp_pending *p, jpeg_component_info *compptr, JCOEFPTR block,
-           JSAMPARRAY output, JDIMENSION col)
-{
-  if (p->compptr != NULL) {
-    idct_4x4_pair_avx2((const ISLOW_MULT_TYPE *)p->compptr->dct_table,
-                       p->block, p->output, p->col,
-                       (const ISLOW_MULT_TYPE *)compptr->dct_table, block,
-                       output, col);
-    p->compptr = NULL;
-  } else {
-    p->compptr = compptr;
-    p->block = block;
-    p->output = output;
-    p->col = col;
-  }
-}
-
-/* Runs the IDCT held in *p, if any, alone */
-LOCAL(void)
-idctp_flush(j_decompress_ptr cinfo, idctp_pending *p)
-{
-  if (p->compptr != NULL) {
-    jsimd_idct_4x4(cinfo, p->compptr, p->block, p->output, p->col);
-    p->compptr = NULL;
-  }
-}
-
-#else
-#define IMAGEFEED_IDCT_PAIR  0
-#endif
-
-
 /* Forward declarations */
 METHODDEF(int) decompress_onepass(j_decompress_ptr cinfo,
                                   _JSAMPIMAGE output_buf);
@@ -330,12 +94,6 @@ decompress_onepass(j_decompress_ptr cinfo, _JSAMPIMAGE output_buf)
   JDIMENSION start_col, output_col;
   jpeg_component_info *compptr;
   _inverse_DCT_method_ptr inverse_DCT;
-#if IMAGEFEED_IDCT_PAIR
-  boolean pair = jsimd_imagefeed_can_idct_4x4_pair();
-  idctp_pending pending;
-
-  pending.compptr = NULL;
-#endif
 
   /* Loop to process as much as one whole iMCU row */
   for (yoffset = coef->MCU_vert_offset; yoffset < coef->MCU_rows_per_iMCU_row;
@@ -384,13 +142,6 @@ decompress_onepass(j_decompress_ptr cinfo, _JSAMPIMAGE output_buf)
                 yoffset + yindex < compptr->last_row_height) {
               output_col = start_col;
               for (xindex = 0; xindex < useful_width; xindex++) {
-#if IMAGEFEED_IDCT_PAIR
-                if (pair && inverse_DCT == jsimd_idct_4x4)
-                  idctp_push(&pending, compptr,
-                             (JCOEFPTR)coef->MCU_buffer[blkn + xindex],
-                             output_ptr, output_col);
-                else
-#endif
                 (*inverse_DCT) (cinfo, compptr,
                                 (JCOEFPTR)coef->MCU_buffer[blkn + xindex],
                                 output_ptr, output_col);
@@ -401,10 +152,6 @@ decompress_onepass(j_decompress_ptr cinfo, _JSAMPIMAGE output_buf)
             output_ptr += compptr->_DCT_scaled_size;
           }
         }
-#if IMAGEFEED_IDCT_PAIR
-        /* before the next MCU is decoded into the same buffer */
-        idctp_flush(cinfo, &pending);
-#endif
       }
     }
     /* Completed an MCU row, but perhaps not an iMCU row */
@@ -442,97 +189,6 @@ dummy_consume_data(j_decompress_ptr cinfo)
  * Return value is JPEG_ROW_COMPLETED, JPEG_SCAN_COMPLETED, or JPEG_SUSPENDED.
  */
 
-/*
- * imagefeed: a cropping decode of a multi-scan (progressive) file decodes no
- * coefficients below its crop.  A cropped decompression reads the rows it
- * needs, then skips to the end of the image, which stops a single-scan file's
- * decoding after the crop's last row; but a multi-scan file has consumed every
- * scan of the whole frame before its first row is output.  Here each scan
- * stops after the iMCU rows that the crop's output rows come from, plus
- * IMAGEFEED_ROW_MARGIN rows below them (context upsampling reads the next
- * iMCU row before it emits the last rows of the current one), and its
- * remaining entropy-coded data is passed over to the next marker without
- * being decoded.  Rows below are never output, so the rows that are come out
- * bit for bit as a whole-frame decode gives them.
- *
- * The caller states the output rows it will read (the cropping region's
- * y + height, in scaled rows) with imagefeed_jpeg_set_row_limit() before the
- * decompression and clears it after (csrc/imagefeed_hooks.c; one value a
- * thread); 0, the default, decodes every row.  Only Huffman-coded scans stop
- * early, and only where a marker is found in the data: otherwise (a file cut
- * short) the scan is decoded as before and libjpeg-turbo reports what it
- * finds.  A test can turn it off (imagefeed_jpeg_disabled_paths(), bit 8).
- */
-EXTERN(unsigned int) imagefeed_jpeg_row_limit(void);
-EXTERN(int) imagefeed_jpeg_disabled_paths(void);
-
-#define IMAGEFEED_ROW_MARGIN  2
-
-LOCAL(boolean)
-imagefeed_rest_of_scan_skipped(j_decompress_ptr cinfo)
-{
-  unsigned int limit = imagefeed_jpeg_row_limit();
-  struct jpeg_source_mgr *src = cinfo->src;
-  JDIMENSION per_row, rows;
-  const JOCTET *p, *end;
-
-  if (limit == 0 || cinfo->arith_code || src == NULL ||
-      (imagefeed_jpeg_disabled_paths() & 8))
-    return FALSE;
-  per_row = (JDIMENSION)cinfo->max_v_samp_factor *
-            (JDIMENSION)cinfo->_min_DCT_scaled_size;
-  if (per_row == 0)
-    return FALSE;
-  rows = (JDIMENSION)((limit + per_row - 1) / per_row) + IMAGEFEED_ROW_MARGIN;
-  /* Once a scan: at the first iMCU row it need not decode.  Where no marker
-   * is found there, the scan is decoded to its end without searching again
-   * (a search for every row left would read the rest of the data once a row).
-   */
-  if (cinfo->input_iMCU_row != rows || rows >= cinfo->total_iMCU_rows)
-    return FALSE;
-  /* The entropy decoder has met the scan's end already, or a restart marker
-   * that it has read but not yet processed (its bytes are behind
-   * next_input_byte, as are the bit buffer's).
-   */
-  if (cinfo->unread_marker != 0) {
-    if (cinfo->unread_marker < (int)JPEG_RST0 ||
-        cinfo->unread_marker > (int)JPEG_RST0 + 7)
-      return TRUE;
-  }
-  /* The next marker: 0xFF followed by neither 0x00 (a stuffed 0xFF byte), nor
-   * a restart marker (inside the scan), nor 0xFF (fill bytes before a marker,
-   * which the marker reader skips).  The bit buffer holds only bytes before
-   * next_input_byte.
-   */
-  p = src->next_input_byte;
-  if (p == NULL)
-    return FALSE;
-  end = p + src->bytes_in_buffer;
-  for (;;) {
-    const JOCTET *ff = (end - p > 1) ?
-                       (const JOCTET *)memchr(p, 0xFF, (size_t)(end - p - 1)) :
-                       NULL;
-    int c;
-
-    if (ff == NULL)
-      return FALSE;
-    c = ff[1];
-    if (c != 0x00 && c != 0xFF && (c < 0xD0 || c > 0xD7)) {
-      /* An end of image with data after it may be damage inside the scan
-       * (a whole file's follows its last scan): decode as usual.
-       */
-      if (c == (int)JPEG_EOI && end - ff > 2)
-        return FALSE;
-      src->bytes_in_buffer -= (size_t)(ff - src->next_input_byte);
-      src->next_input_byte = ff;
-      cinfo->unread_marker = 0;
-      return TRUE;
-    }
-    p = ff + 1;
-  }
-}
-
-
 METHODDEF(int)
 consume_data(j_decompress_ptr cinfo)
 {
@@ -543,13 +199,6 @@ consume_data(j_decompress_ptr cinfo)
   JBLOCKARRAY buffer[MAX_COMPS_IN_SCAN];
   JBLOCKROW buffer_ptr;
   jpeg_component_info *compptr;
-
-  /* imagefeed: the rows below a crop are not decoded (see above) */
-  if (coef->MCU_vert_offset == 0 && coef->MCU_ctr == 0 &&
-      imagefeed_rest_of_scan_skipped(cinfo)) {
-    (*cinfo->inputctl->finish_input_pass) (cinfo);
-    return JPEG_SCAN_COMPLETED;
-  }
 
   /* Align the virtual buffers for the components used in this scan. */
   for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
@@ -626,26 +275,11 @@ decompress_data(j_decompress_ptr cinfo, _JSAMPIMAGE output_buf)
   JDIMENSION output_col;
   jpeg_component_info *compptr;
   _inverse_DCT_method_ptr inverse_DCT;
-#if IMAGEFEED_IDCT_PAIR
-  boolean pair = jsimd_imagefeed_can_idct_4x4_pair();
-  idctp_pending pending;
 
-  pending.compptr = NULL;
-#endif
-
-  /* Force some input to be done if we are getting ahead of the input.
-   * imagefeed: ...unless the end of the image was reached.  A scan whose rows
-   * below a crop were not decoded (imagefeed_rest_of_scan_skipped()) ends
-   * short of the last iMCU row, and no input will ever come for the rows
-   * below: should the caller's row limit be too low for the rows it reads,
-   * they are output from the coefficients decoded so far instead of this loop
-   * spinning for ever.  (The stock decoder completes every scan's rows before
-   * the end of the image, so for it nothing changes.)
-   */
-  while ((cinfo->input_scan_number < cinfo->output_scan_number ||
-          (cinfo->input_scan_number == cinfo->output_scan_number &&
-           cinfo->input_iMCU_row <= cinfo->output_iMCU_row)) &&
-         !cinfo->inputctl->eoi_reached) {
+  /* Force some input to be done if we are getting ahead of the input. */
+  while (cinfo->input_scan_number < cinfo->output_scan_number ||
+         (cinfo->input_scan_number == cinfo->output_scan_number &&
+          cinfo->input_iMCU_row <= cinfo->output_iMCU_row)) {
     if ((*cinfo->inputctl->consume_input) (cinfo) == JPEG_SUSPENDED)
       return JPEG_SUSPENDED;
   }
@@ -677,12 +311,6 @@ decompress_data(j_decompress_ptr cinfo, _JSAMPIMAGE output_buf)
       output_col = 0;
       for (block_num = cinfo->master->first_MCU_col[ci];
            block_num <= cinfo->master->last_MCU_col[ci]; block_num++) {
-#if IMAGEFEED_IDCT_PAIR
-        if (pair && inverse_DCT == jsimd_idct_4x4)
-          idctp_push(&pending, compptr, (JCOEFPTR)buffer_ptr, output_ptr,
-                     output_col);
-        else
-#endif
         (*inverse_DCT) (cinfo, compptr, (JCOEFPTR)buffer_ptr, output_ptr,
                         output_col);
         buffer_ptr++;
@@ -690,10 +318,6 @@ decompress_data(j_decompress_ptr cinfo, _JSAMPIMAGE output_buf)
       }
       output_ptr += compptr->_DCT_scaled_size;
     }
-#if IMAGEFEED_IDCT_PAIR
-    /* before another component's rows are accessed */
-    idctp_flush(cinfo, &pending);
-#endif
   }
 
   if (++(cinfo->output_iMCU_row) < cinfo->total_iMCU_rows)

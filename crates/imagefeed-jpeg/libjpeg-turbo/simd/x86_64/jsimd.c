@@ -926,22 +926,6 @@ jsimd_idct_4x4(j_decompress_ptr cinfo, jpeg_component_info *compptr,
   jsimd_idct_4x4_sse2(compptr->dct_table, coef_block, output_buf, output_col);
 }
 
-/* imagefeed: whether src/jdcoefct.c may run two jsimd_idct_4x4() calls as one
- * AVX2 pass (its idct_4x4_pair_avx2(), bit for bit the two calls): where
- * jsimd_can_idct_4x4() holds and AVX2 is in use (JSIMD_FORCESSE2=1 turns it
- * off with the other AVX2 code), unless a test turned it off
- * (imagefeed_jpeg_disabled_paths(), bit 2).
- */
-EXTERN(int) imagefeed_jpeg_disabled_paths(void);
-
-GLOBAL(int)
-jsimd_imagefeed_can_idct_4x4_pair(void)
-{
-  if ((imagefeed_jpeg_disabled_paths() & 2) || !jsimd_can_idct_4x4())
-    return 0;
-  return (simd_support & JSIMD_AVX2) != 0;
-}
-
 GLOBAL(int)
 jsimd_can_idct_islow(void)
 {

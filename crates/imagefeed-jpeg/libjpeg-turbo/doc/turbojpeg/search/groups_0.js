@@ -1,4 +1,0 @@
-var searchData=
-[
-  ['turbojpeg_0',['TurboJPEG',['../group___turbo_j_p_e_g.html',1,'']]]
-];
