@@ -1,0 +1,71 @@
+//! The fuzz targets' committed inputs (`fuzz/seeds/<target>/`, and `fuzz/regressions/<target>/`
+//! where a finding was kept) through the same entry points the targets call, so that a seed or
+//! a past finding that panics fails `cargo test`, and the seeds stay inputs this build reads.
+
+use std::path::{Path, PathBuf};
+
+/// The files of `fuzz/<folder>/<target>/` for each of `folders`, sorted, with their bytes.
+fn inputs(folders: &[&str], target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut files: Vec<PathBuf> = folders
+        .iter()
+        .map(|d| fuzz.join(d).join(target))
+        .filter(|d| d.is_dir())
+        .flat_map(|d| std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn every_decode_seed_runs_through_the_fuzz_targets_harness() {
+    // fuzz/fuzz_targets/decode.rs: the first byte selects the name, the decoder and the size.
+    const NAMES: [&str; 3] = ["x.jpg", "x.png", "x"];
+    let seeds = inputs(&["seeds", "regressions"], "decode");
+    assert!(seeds.len() > 100, "{} decode seeds", seeds.len());
+    let mut decoded = 0;
+    for (path, data) in &seeds {
+        let Some((&sel, bytes)) = data.split_first() else {
+            continue;
+        };
+        let name = NAMES[usize::from(sel % 3)];
+        let zune = (sel / 3) % 2 == 1;
+        let size = 1 + 5 * u32::from(sel / 6);
+        eprintln!("{}", path.display());
+        decoded += usize::from(imagefeed::fuzzing::decode_transform(
+            bytes, name, size, zune,
+        ));
+    }
+    // Most seeds are valid images; the damaged ones and the corrupt test files fail.
+    assert!(
+        decoded * 2 > seeds.len(),
+        "{decoded} of {} seeds decoded",
+        seeds.len()
+    );
+}
+
+#[test]
+fn the_list_tar_and_cache_seeds_are_inputs_this_build_reads() {
+    let lists = inputs(&["seeds"], "list");
+    let parsed = lists
+        .iter()
+        .filter(|(_, b)| imagefeed::fuzzing::parse_list(b).is_some())
+        .count();
+    assert!(parsed >= 3, "{parsed} of {} lists parsed", lists.len());
+    for (path, bytes) in inputs(&["seeds"], "tar") {
+        let n = imagefeed::fuzzing::index_tar(&bytes);
+        assert!(n.is_some_and(|n| n > 0), "{}: {n:?}", path.display());
+    }
+    // A cache seed of an older format version never gets past the header: the cache target
+    // would fuzz the version check alone.
+    for (path, bytes) in inputs(&["seeds"], "cache") {
+        let records = imagefeed::fuzzing::read_cache(&bytes);
+        assert!(records > 0, "{}: no record read", path.display());
+    }
+}
