@@ -41,16 +41,18 @@ for t in "${targets[@]}"; do
     "$bin/$t" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
         -artifact_prefix="$artifacts/" "$corpus" "${seeds[@]}" >"$work/$t.log" 2>&1 || rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log")
-    done_line=$(grep -E '^#[0-9]+ +DONE' "$work/$t.log" | tail -1 || true)
-    inited=$(grep -E '^#[0-9]+ +INITED' "$work/$t.log" | tail -1 || true)
-    echo "fuzz: $t: $((SECONDS - t0)) s, ${execs:-?} executions, seeds: ${inited:-none}; end: ${done_line:-none}"
+    # libFuzzer's coverage: `#N<TAB>INITED cov: C ft: F corp: ...` after the seeds, DONE at the end.
+    figures() { grep -E "^#[0-9]+[[:space:]]+$1" "$work/$t.log" | tail -1 | sed -E 's/.*(cov: [0-9]+ ft: [0-9]+).*/\1/'; }
+    echo "fuzz: $t: $((SECONDS - t0)) s, ${execs:-?} executions; after the seeds $(figures INITED), at the end $(figures DONE)"
     shopt -s nullglob
     found=("$artifacts"/*)
     shopt -u nullglob
     if [ "$rc" -ne 0 ] || [ ${#found[@]} -gt 0 ]; then
         status=1
-        echo "fuzz: $t FAILED (exit $rc); the end of its log:"
-        tail -60 "$work/$t.log"
+        echo "fuzz: $t FAILED (exit $rc). What it reported:"
+        grep -m 6 -E -A 3 "panicked at|ERROR: |SUMMARY: |WARNING: .*(leak|timeout)" "$work/$t.log" || true
+        echo "fuzz: $t: the end of its log:"
+        tail -30 "$work/$t.log"
         for f in "${found[@]}"; do
             echo
             echo "fuzz: $t: $(basename "$f"), $(wc -c <"$f") bytes. To rerun it, paste these lines"
