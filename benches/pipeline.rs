@@ -1,4 +1,4 @@
-//! The whole pipeline, images/s: a 256-image corpus from `imagefeed::corpus`, f32 160×160
+//! The whole pipeline, images/s: a 256-image corpus from `imagefeed::tools::corpus`, f32 160×160
 //! batches of 64, with 1 and 2 decode threads, and from a warm on-disk cache.
 //! `cargo bench --bench pipeline`
 

@@ -256,9 +256,29 @@ mod tests {
         let corpus =
             crate::tools::corpus::generate_sized(dir.path(), 4, 1, Some((3000, 3000))).unwrap();
         let photos = Source::from_list_file(&corpus.list).unwrap();
-        let small = LoaderBuilder::new(source()).memory_budget();
-        let large = LoaderBuilder::new(photos).memory_budget();
-        assert!(large.decode_share_bytes >= small.decode_share_bytes);
+        // Decoded whole, a 3000-pixel photo needs far more than the floor a thread's share
+        // starts at.
+        let small = LoaderBuilder::new(source())
+            .dct_scaling(false)
+            .memory_budget();
+        let large = LoaderBuilder::new(photos.clone())
+            .dct_scaling(false)
+            .memory_budget();
+        assert_eq!(small.decode_share_bytes, crate::decode::SMALL_DECODE_BYTES);
+        assert!(
+            large.decode_share_bytes > small.decode_share_bytes,
+            "{} <= {}",
+            large.decode_share_bytes,
+            small.decode_share_bytes
+        );
+        assert!(
+            large.decode_share_bytes >= 3000 * 2000 * 3,
+            "{}",
+            large.decode_share_bytes
+        );
+        // DCT-scaled (the default) to 1/8 for 160x160, the same photos stay within the floor.
+        let scaled = LoaderBuilder::new(photos).memory_budget();
+        assert_eq!(scaled.decode_share_bytes, crate::decode::SMALL_DECODE_BYTES);
         assert_eq!(
             large.worst_case() - large.steady(),
             small.worst_case() - small.steady()

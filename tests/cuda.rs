@@ -24,10 +24,30 @@ fn no_gpu() -> Option<String> {
     }
 }
 
+/// Says that the running test skips (part of) what it checks, and why: `SKIPPED: <test>: <why>`
+/// on stdout, and appended as a line to the file `IMAGEFEED_SKIP_LOG` names, where it is set
+/// (CI counts the lines and prints them in one line at the end of its log).
+fn skipped(why: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let line = format!("SKIPPED: {test}: {why}");
+    println!("{line}");
+    if let Some(log) = std::env::var_os("IMAGEFEED_SKIP_LOG") {
+        use std::io::Write;
+        // One short write with O_APPEND: lines from parallel tests and processes do not mix.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+}
+
 macro_rules! need_gpu {
     () => {
         if let Some(why) = no_gpu() {
-            println!("skipped: no usable GPU ({why})");
+            skipped(&format!("no usable GPU ({why})"));
             return;
         }
     };

@@ -6,8 +6,9 @@
 //! next requests with `503 Slow Down` (the client must retry), deny them with `403`, or stop
 //! answering at all (the server is gone: the client must fail with a clear error, not hang).
 //!
-//! Without moto the tests print why and pass, unless `IMAGEFEED_REQUIRE_S3_TESTS=1` (set by
-//! `.ci/run`, which installs moto), where a missing server is a failure.
+//! Without moto the tests print why (a `SKIPPED:` line) and pass, unless
+//! `IMAGEFEED_REQUIRE_S3_TESTS=1` (set by `.ci/run`, which fails when it cannot install moto),
+//! where a missing server is a failure.
 #![cfg(feature = "remote")]
 #![allow(clippy::unwrap_used)]
 
@@ -66,12 +67,32 @@ fn server() -> Option<(&'static Server, MutexGuard<'static, ()>)> {
             Some((s, guard))
         }
         None => {
-            let why = "S3 tests skipped: no `moto_server` (pip install 'moto[server]')";
+            let why = "no `moto_server` to serve S3 (pip install 'moto[server]')";
             if std::env::var_os("IMAGEFEED_REQUIRE_S3_TESTS").is_some() {
-                panic!("{why}, and IMAGEFEED_REQUIRE_S3_TESTS is set");
+                panic!("the S3 tests cannot run: {why}, and IMAGEFEED_REQUIRE_S3_TESTS is set");
             }
-            eprintln!("{why}");
+            skipped(why);
             None
+        }
+    }
+}
+
+/// Says that the running test skips (part of) what it checks, and why: `SKIPPED: <test>: <why>`
+/// on stdout, and appended as a line to the file `IMAGEFEED_SKIP_LOG` names, where it is set
+/// (CI counts the lines and prints them in one line at the end of its log).
+fn skipped(why: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let line = format!("SKIPPED: {test}: {why}");
+    println!("{line}");
+    if let Some(log) = std::env::var_os("IMAGEFEED_SKIP_LOG") {
+        use std::io::Write;
+        // One short write with O_APPEND: lines from parallel tests and processes do not mix.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
         }
     }
 }

@@ -468,30 +468,77 @@ fn bench_cmd(list: &Path, cache: &Path) -> Command {
     c
 }
 
+/// The records of a cache file that is filling: the count its header claims, and how many its
+/// presence map marks written (`src/cache/format.rs`: count at byte 44, a byte a record after
+/// the 4096-byte header). `None` while the file is missing or shorter than that.
+fn presence(path: &Path) -> Option<(u64, u64)> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096 + 4096)
+        .read_to_end(&mut head)
+        .ok()?;
+    let count = u64::from_le_bytes(head.get(44..52)?.try_into().ok()?);
+    let map = head.get(4096..4096 + usize::try_from(count).ok()?)?;
+    Some((count, map.iter().filter(|&&b| b != 0).count() as u64))
+}
+
 #[test]
-fn sigkill_while_writing_leaves_no_usable_cache() {
+fn a_killed_writer_keeps_its_records_and_a_later_run_completes_the_cache_bit_identically() {
     let (dir, list) = private_copy(64);
     let cache = dir.path().join("c.cache");
     let partial = dir.path().join("c.cache.partial");
     let mut child = bench_cmd(&list, &cache)
-        .arg("--epochs")
-        .arg("50")
+        .args(["--epochs", "50"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    let pid = child.id().to_string();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    // Stopped as soon as its first record is written (out of the creation's lock by then), and
+    // certainly stopped (state T) before the file is looked at.
     let start = Instant::now();
-    while !partial.exists() && start.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(2));
+    while presence(&partial).is_none_or(|(_, n)| n == 0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the writer wrote no record in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
-    std::thread::sleep(Duration::from_millis(30));
-    child.kill().unwrap(); // SIGKILL
+    signal("-STOP");
+    let stat = format!("/proc/{pid}/stat");
+    while !std::fs::read_to_string(&stat)
+        .unwrap()
+        .rsplit(')')
+        .next()
+        .is_some_and(|rest| rest.trim_start().starts_with('T'))
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (count, written) = presence(&partial).unwrap();
+    assert_eq!(count, 64);
+    assert!(
+        !cache.exists() && written < count,
+        "the cache was complete before the kill: {written} of {count} records"
+    );
+    signal("-KILL");
     child.wait().unwrap();
-    if cache.exists() {
-        // The child was fast enough to finish: then the cache must be valid and complete.
-        eprintln!("the child completed the cache before the kill; checking it is valid");
-    } else {
-        assert!(partial.exists());
-    }
+    assert!(!cache.exists(), "a killed writer left a complete cache");
+    assert_eq!(
+        presence(&partial),
+        Some((count, written)),
+        "the killed writer's records were not kept"
+    );
+    // A later run reads the killed writer's records, decodes and writes the rest, and commits
+    // the cache: what it delivers, filling and then from the complete cache, is what an
+    // uncached loader delivers, bit for bit.
     let plain = builder(Source::from_list_file(&list).unwrap())
         .build()
         .unwrap();
@@ -500,6 +547,13 @@ fn sigkill_while_writing_leaves_no_usable_cache() {
         .build()
         .unwrap();
     same_batches(&run_epoch(&loader, 0), &run_epoch(&plain, 0));
+    let s = loader.stats();
+    assert!(s.wrote_cache && !s.from_cache, "{s:?}");
+    assert!(
+        s.cache_hits >= written,
+        "the killed writer's {written} records were not read: {s:?}"
+    );
+    assert!(cache.exists(), "the later run did not complete the cache");
     same_batches(&run_epoch(&loader, 1), &run_epoch(&plain, 1));
     assert!(loader.stats().from_cache);
 }

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: paths into `testdata/`, corpora (a realistic one
-//! from `imagefeed::corpus`, and small "id-coded" ones whose pixels say which sample they are),
+//! from `imagefeed::tools::corpus`, and small "id-coded" ones whose pixels say which sample they are),
 //! a loader over one file, pixel metrics, a watchdog against hangs, and running a test alone in
 //! a child process.
 
@@ -28,6 +28,26 @@ pub(crate) fn imagefeed_bin() -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// Says that the running test skips (part of) what it checks, and why: `SKIPPED: <test>: <why>`
+/// on stdout, and appended as a line to the file `IMAGEFEED_SKIP_LOG` names, where it is set
+/// (CI counts the lines and prints them in one line at the end of its log).
+pub(crate) fn skipped(why: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let line = format!("SKIPPED: {test}: {why}");
+    println!("{line}");
+    if let Some(log) = std::env::var_os("IMAGEFEED_SKIP_LOG") {
+        use std::io::Write;
+        // One short write with O_APPEND: lines from parallel tests and processes do not mix.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
 }
 
 /// A path inside `testdata/`.

@@ -357,10 +357,10 @@ fn missing_directory_empty_and_unreadable_files() {
         std::fs::copy(common::testdata("valid/odd_7x5.jpg"), &locked).unwrap();
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
         if std::fs::read(&locked).is_ok() {
-            println!(
-                "skipping the permission-denied check: this process can read a mode-000 file (root: {})",
+            common::skipped(&format!(
+                "the permission-denied check: this process can read a mode-000 file (root: {})",
                 common::is_root()
-            );
+            ));
             assert!(common::load_one(&locked, |b| b).is_ok());
         } else {
             let e = expect_file_error(&locked, |b| b);
@@ -747,7 +747,7 @@ fn non_utf8_paths_load() {
     let name = std::ffi::OsStr::from_bytes(b"caf\xE9 \xFF.jpg");
     let path = dir.path().join(name);
     if std::fs::write(&path, common::id_jpeg(9)).is_err() {
-        println!("skipping: this file system refuses non-UTF-8 names");
+        common::skipped("this file system refuses non-UTF-8 names");
         return;
     }
     let list = dir.path().join("list.txt");
@@ -852,13 +852,27 @@ fn cuda_device_without_the_feature_or_a_gpu() {
     let built = Loader::builder(source.clone())
         .device(Device::Cuda(0))
         .build();
+    // Whether GPU 0 is usable here, asked of the driver apart from the loader.
+    let gpu = imagefeed::tools::gpu::info();
     if cfg!(feature = "cuda") {
-        // With the feature: a device error without a usable GPU, a loader on GPU 0 with one.
-        match &built {
-            Ok(loader) => assert_eq!(loader.device(), Device::Cuda(0)),
-            Err(e) => assert!(matches!(e.kind(), ErrorKind::Device(_)), "{e:?}"),
+        match &gpu {
+            // A usable GPU: the loader delivers to GPU 0.
+            Ok(_) => assert_eq!(built.as_ref().unwrap().device(), Device::Cuda(0)),
+            // None (no driver, or no device): a device error naming the device, never a panic.
+            Err(why) => {
+                let e = built.as_ref().expect_err("no usable GPU here");
+                assert!(matches!(e.kind(), ErrorKind::Device(_)), "{e:?} ({why})");
+                assert!(e.to_string().contains("CUDA device 0"), "{e}");
+            }
         }
     } else {
+        assert!(
+            matches!(
+                gpu.as_ref().map_err(|e| e.kind()),
+                Err(ErrorKind::FeatureDisabled { .. })
+            ),
+            "{gpu:?}"
+        );
         let e = built.as_ref().expect_err("no cuda feature in this build");
         assert!(
             matches!(e.kind(), ErrorKind::FeatureDisabled { feature: "cuda" }),
@@ -873,7 +887,7 @@ fn cuda_device_without_the_feature_or_a_gpu() {
         .batch_size(1)
         .build()
         .unwrap();
-    let want = if built.is_ok() {
+    let want = if cfg!(feature = "cuda") && gpu.is_ok() {
         Device::Cuda(0)
     } else {
         Device::Host
@@ -1273,7 +1287,7 @@ fn settings_that_cannot_fit_in_this_machine_fail_in_build() {
     // cgroup limit) is the limit: `--threads 10000` or 8192x8192 batches fail in build,
     // naming what to lower, instead of in the out-of-memory killer.
     let Some(memory) = imagefeed::tools::procinfo::memory_limit_bytes() else {
-        println!("skipped: this system does not report its memory");
+        common::skipped("this system does not report its memory");
         return;
     };
     let source = Source::from_entries([("a.jpg", 0)]).unwrap();
@@ -1282,7 +1296,9 @@ fn settings_that_cannot_fit_in_this_machine_fail_in_build() {
         .batch_size(1024);
     let need = huge.memory_budget().total();
     if need <= memory {
-        println!("skipped: this machine has {memory} bytes, the settings need only {need}");
+        common::skipped(&format!(
+            "this machine has {memory} bytes, the settings need only {need}"
+        ));
         return;
     }
     let e = huge.clone().build().expect_err("over the machine's memory");
@@ -1495,7 +1511,7 @@ fn a_fifo_listed_as_a_sample_neither_hangs_build_nor_the_epoch() {
     let fifo = dir.path().join("sample.jpg");
     let made = std::process::Command::new("mkfifo").arg(&fifo).status();
     if !made.is_ok_and(|s| s.success()) {
-        println!("skipped: mkfifo unavailable");
+        common::skipped("mkfifo unavailable");
         return;
     }
     let good = common::testdata("photos/photo_0.jpg");

@@ -458,7 +458,7 @@ fn the_readahead_thread_is_the_loaders_and_ends_with_it() {
         return;
     }
     if !cfg!(target_os = "linux") {
-        println!("skipped: readahead runs on Linux only");
+        common::skipped("readahead runs on Linux only");
         return;
     }
     let corpus = IdCorpus::new(300);
