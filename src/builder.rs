@@ -47,7 +47,7 @@ impl Loader {
 impl LoaderBuilder {
     pub(crate) fn new(source: Source) -> Self {
         let cfg = Config {
-            sequential_source: source.kind() == crate::SourceKind::TarShards,
+            sequential_source: source.backing.streams().is_some(),
             source_len: source.len(),
             ..Config::default()
         };

@@ -123,7 +123,10 @@ pub use error::{BoxError, Error, ErrorKind, OnError};
 pub use launch::{Launch, Launcher};
 pub use loader::{Batches, Loader, LoaderState};
 pub use source::shards::{write_shards, ShardsWritten};
-pub use source::{RemoteOptions, Source, SourceKind};
+#[cfg(feature = "parquet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
+pub use source::ParquetOptions;
+pub use source::{RemoteOptions, Source, SourceKind, TfRecordOptions};
 pub use stats::Stats;
 pub use transform::{Dtype, Layout, ResizeFilter, ResizeMode, Transform};
 
