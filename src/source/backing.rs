@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::fetch::Fetch;
-use super::shards::TarIndex;
 #[cfg(feature = "parquet")]
 use super::parquet::ParquetIndex;
+use super::shards::TarIndex;
 use super::tfrecord::TfRecordIndex;
 #[cfg(feature = "remote")]
 use super::ObjectIndex;

@@ -63,7 +63,11 @@ pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
         }
     };
     if let Some(tar) = shards::tar_files_in(dir)?.first() {
-        return Err(both(dir, (&format!("{kind} files"), &files[0]), ("tar shards", tar)));
+        return Err(both(
+            dir,
+            (&format!("{kind} files"), &files[0]),
+            ("tar shards", tar),
+        ));
     }
     if let Some(class) = class_folder_with_images(dir)? {
         return Err(Error::source(
@@ -74,7 +78,11 @@ pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
                  Source::from_dir",
                 file_name(&files[0]),
                 super::list::shown(class.as_encoded_bytes()),
-                if kind == "parquet" { "parquet" } else { "tfrecords" }
+                if kind == "parquet" {
+                    "parquet"
+                } else {
+                    "tfrecords"
+                }
             ),
         ));
     }

@@ -21,10 +21,10 @@ mod containers;
 pub(crate) mod fetch;
 mod index;
 pub(crate) mod list;
-#[cfg(feature = "remote")]
-pub(crate) mod remote;
 #[cfg(feature = "parquet")]
 pub(crate) mod parquet;
+#[cfg(feature = "remote")]
+pub(crate) mod remote;
 pub(crate) mod shards;
 pub(crate) mod tfrecord;
 #[cfg(feature = "remote")]
@@ -392,7 +392,10 @@ impl Source {
         paths: impl IntoIterator<Item = P>,
         options: TfRecordOptions,
     ) -> Result<Source, Error> {
-        let paths: Vec<PathBuf> = paths.into_iter().map(|p| p.as_ref().to_path_buf()).collect();
+        let paths: Vec<PathBuf> = paths
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
         tfrecord::index_local(&paths, &options)
     }
 

@@ -162,7 +162,10 @@ impl ParquetIndex {
     }
 
     pub(crate) fn streams(&self) -> Vec<std::ops::Range<u32>> {
-        self.groups.iter().map(|g| g.first..g.first + g.rows).collect()
+        self.groups
+            .iter()
+            .map(|g| g.first..g.first + g.rows)
+            .collect()
     }
 }
 
@@ -224,7 +227,9 @@ fn index_file(path: &Path, options: &ParquetOptions) -> Result<Indexed, Error> {
     let reader = open_reader(path, &name)?;
     let metadata = reader.metadata();
     let schema = metadata.file_metadata().schema_descr();
-    let columns: Vec<_> = (0..schema.num_columns()).map(|i| schema.column(i)).collect();
+    let columns: Vec<_> = (0..schema.num_columns())
+        .map(|i| schema.column(i))
+        .collect();
     let listed = || {
         columns
             .iter()
@@ -266,7 +271,10 @@ fn index_file(path: &Path, options: &ParquetOptions) -> Result<Indexed, Error> {
     if col.max_rep_level() > 0 {
         return Err(Error::source(
             &name,
-            format!("column `{image}` is a list ({}), not one image a row", describe(col)),
+            format!(
+                "column `{image}` is a list ({}), not one image a row",
+                describe(col)
+            ),
         ));
     }
     let label_name = options.label_column.as_deref().unwrap_or("label");
@@ -280,12 +288,20 @@ fn index_file(path: &Path, options: &ParquetOptions) -> Result<Indexed, Error> {
             let integer = matches!(c.physical_type(), Physical::INT32 | Physical::INT64)
                 && !matches!(
                     c.logical_type_ref(),
-                    Some(LogicalType::Date | LogicalType::Time(_) | LogicalType::Timestamp(_) | LogicalType::Decimal(_))
+                    Some(
+                        LogicalType::Date
+                            | LogicalType::Time(_)
+                            | LogicalType::Timestamp(_)
+                            | LogicalType::Decimal(_)
+                    )
                 );
             if !integer || c.max_rep_level() > 0 {
                 return Err(Error::source(
                     &name,
-                    format!("column `{label_name}` is {}, not an integer label", describe(c)),
+                    format!(
+                        "column `{label_name}` is {}, not an integer label",
+                        describe(c)
+                    ),
                 ));
             }
             Some(k)
@@ -340,8 +356,10 @@ fn read_labels(
     column: &str,
 ) -> Result<Vec<u32>, Error> {
     let desc = reader.metadata().file_metadata().schema_descr().column(k);
-    let unsigned = matches!(desc.converted_type(), ConvertedType::UINT_32 | ConvertedType::UINT_64)
-        || matches!(desc.logical_type_ref(), Some(LogicalType::Integer(t)) if !t.is_signed);
+    let unsigned = matches!(
+        desc.converted_type(),
+        ConvertedType::UINT_32 | ConvertedType::UINT_64
+    ) || matches!(desc.logical_type_ref(), Some(LogicalType::Integer(t)) if !t.is_signed);
     let max_def = desc.max_def_level();
     let total: u64 = group_rows.iter().sum();
     let mut out = Vec::new();
@@ -364,21 +382,45 @@ fn read_labels(
             wide.clear();
             narrow.clear();
             let (records, _, _) = match &mut col {
-                ColumnReader::Int64ColumnReader(r) => r.read_records(want, Some(&mut defs), None, &mut wide),
-                ColumnReader::Int32ColumnReader(r) => r.read_records(want, Some(&mut defs), None, &mut narrow),
-                _ => return Err(Error::source(name, format!("`{column}` is not an integer column"))),
+                ColumnReader::Int64ColumnReader(r) => {
+                    r.read_records(want, Some(&mut defs), None, &mut wide)
+                }
+                ColumnReader::Int32ColumnReader(r) => {
+                    r.read_records(want, Some(&mut defs), None, &mut narrow)
+                }
+                _ => {
+                    return Err(Error::source(
+                        name,
+                        format!("`{column}` is not an integer column"),
+                    ))
+                }
             }
             .map_err(damaged)?;
             if records == 0 {
                 return Err(Error::source(
                     name,
-                    format!("row group {g} ends after {} of its {rows} rows' labels", rows - left),
+                    format!(
+                        "row group {g} ends after {} of its {rows} rows' labels",
+                        rows - left
+                    ),
                 ));
             }
             let mut values = wide
                 .iter()
-                .map(|&v| if unsigned { i128::from(v as u64) } else { i128::from(v) })
-                .chain(narrow.iter().map(|&v| if unsigned { i128::from(v as u32) } else { i128::from(v) }));
+                .map(|&v| {
+                    if unsigned {
+                        i128::from(v as u64)
+                    } else {
+                        i128::from(v)
+                    }
+                })
+                .chain(narrow.iter().map(|&v| {
+                    if unsigned {
+                        i128::from(v as u32)
+                    } else {
+                        i128::from(v)
+                    }
+                }));
             for r in 0..records {
                 let here = row + r as u64;
                 let value = if max_def == 0 || defs.get(r) == Some(&max_def) {
@@ -428,10 +470,16 @@ pub(crate) fn index_local(paths: &[PathBuf], options: &ParquetOptions) -> Result
     let indexed = in_parallel(files.len(), |k| index_file(&files[k], options))?;
     let labelled = indexed.iter().filter(|f| f.labels.is_some()).count();
     if labelled > 0 && labelled < indexed.len() {
-        let f = indexed.iter().find(|f| f.labels.is_none()).expect("one unlabelled");
+        let f = indexed
+            .iter()
+            .find(|f| f.labels.is_none())
+            .expect("one unlabelled");
         return Err(Error::source(
             &f.file.name,
-            format!("has no `label` column, while {labelled} of {} files have one", indexed.len()),
+            format!(
+                "has no `label` column, while {labelled} of {} files have one",
+                indexed.len()
+            ),
         ));
     }
     if labelled == 0 {
@@ -553,7 +601,11 @@ impl Cursor {
             .is_some_and(|o| o.group == k && o.next <= row);
         if !reusable {
             self.current = None;
-            if self.file.as_ref().is_none_or(|(f, _)| *f != g.file as usize) {
+            if self
+                .file
+                .as_ref()
+                .is_none_or(|(f, _)| *f != g.file as usize)
+            {
                 let reader = open_reader(&file.path, &file.name)?;
                 let rows: Vec<u64> = reader
                     .metadata()
@@ -609,10 +661,16 @@ impl Cursor {
             return Err(changed(name, "its row group ends early".into()));
         }
         if o.max_def > 0 && self.defs.first() != Some(&o.max_def) {
-            return Err(Error::decode(name, DecodeFailure("the image is null".into())));
+            return Err(Error::decode(
+                name,
+                DecodeFailure("the image is null".into()),
+            ));
         }
         let Some(value) = self.values.first() else {
-            return Err(Error::decode(name, DecodeFailure("the image is null".into())));
+            return Err(Error::decode(
+                name,
+                DecodeFailure("the image is null".into()),
+            ));
         };
         let data = value.data();
         if data.len() as u64 > limit {
@@ -703,7 +761,10 @@ impl Source {
         paths: impl IntoIterator<Item = P>,
         options: ParquetOptions,
     ) -> Result<Source, Error> {
-        let paths: Vec<PathBuf> = paths.into_iter().map(|p| p.as_ref().to_path_buf()).collect();
+        let paths: Vec<PathBuf> = paths
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
         index_local(&paths, &options)
     }
 }

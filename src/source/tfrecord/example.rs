@@ -544,13 +544,19 @@ pub(crate) mod tests {
         let s = parse(&example(&[("label", Err(3)), ("image", Ok(b"ab"))])).unwrap();
         assert_eq!((s.label, s.image.1), (Some(3), 2));
         // Unlabelled.
-        assert_eq!(parse(&example(&[("image", Ok(b"ab"))])).unwrap().label, None);
+        assert_eq!(
+            parse(&example(&[("image", Ok(b"ab"))])).unwrap().label,
+            None
+        );
     }
 
     #[test]
     fn problems_are_named() {
         let e = parse(&example(&[("image/format", Ok(b"JPEG"))])).unwrap_err();
-        assert!(e.contains("no `image/encoded` or `image` feature") && e.contains("image/format"), "{e}");
+        assert!(
+            e.contains("no `image/encoded` or `image` feature") && e.contains("image/format"),
+            "{e}"
+        );
         let e = parse(&example(&[("image", Ok(b"ab")), ("label", Err(-1))])).unwrap_err();
         assert!(e.contains("Label") && e.contains("-1"), "{e}");
         let e = parse(&example(&[("image", Ok(b"ab")), ("label", Err(1 << 33))])).unwrap_err();

@@ -36,8 +36,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub(crate) use example::{pick, walk, Fault, Problem, Slice};
 use example::Wire;
+pub(crate) use example::{pick, walk, Fault, Problem, Slice};
 
 use crate::error::Error;
 use crate::source::{Backing, FileIndex, Source};
@@ -447,7 +447,11 @@ fn walk_shard(
             ))
         };
         let (label, bad) = match walk(&mut w, len, &keys) {
-            Ok(walked) => match pick(&walked, &keys[..image_keys.len()], &keys[image_keys.len()..]) {
+            Ok(walked) => match pick(
+                &walked,
+                &keys[..image_keys.len()],
+                &keys[image_keys.len()..],
+            ) {
                 Ok(s) => (s.label, None),
                 Err(Problem::Record(why)) => (None, Some(why)),
                 Err(Problem::Label(why)) => {
@@ -487,10 +491,7 @@ fn walk_shard(
 }
 
 /// Indexes TFRecord shards (each path a file, or a folder of them) into a source.
-pub(crate) fn index_local(
-    paths: &[PathBuf],
-    options: &TfRecordOptions,
-) -> Result<Source, Error> {
+pub(crate) fn index_local(paths: &[PathBuf], options: &TfRecordOptions) -> Result<Source, Error> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -534,7 +535,14 @@ pub(crate) fn index_local(
     let (image_keys, label_keys) = options.keys();
     let found = in_parallel(shards.len(), |k| {
         let s = &shards[k];
-        index_shard(&s.path, &s.name, s.size, s.compression, &image_keys, &label_keys)
+        index_shard(
+            &s.path,
+            &s.name,
+            s.size,
+            s.compression,
+            &image_keys,
+            &label_keys,
+        )
     })?;
     let mut index = FileIndex::with_origin(origin.clone(), base.clone());
     let (mut shard_of, mut offset, mut len) = (Vec::new(), Vec::new(), Vec::new());
@@ -705,7 +713,11 @@ pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<(usize, u32), Error
         &image_keys,
         &label_keys,
     )?;
-    let keys: Vec<&str> = image_keys.iter().chain(&label_keys).map(String::as_str).collect();
+    let keys: Vec<&str> = image_keys
+        .iter()
+        .chain(&label_keys)
+        .map(String::as_str)
+        .collect();
     let mut out = Vec::new();
     for f in found {
         let at = f.offset as usize;
@@ -713,9 +725,19 @@ pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<(usize, u32), Error
         let len = read::check_frame(&head, name, f.offset)? as usize;
         let end = at + 12 + len;
         let crc = u32::from_le_bytes(bytes[end..end + 4].try_into().expect("indexed"));
-        let read = read::extract(bytes[at + 12..end].to_vec(), crc, &keys, image_keys.len(), Path::new(name));
+        let read = read::extract(
+            bytes[at + 12..end].to_vec(),
+            crc,
+            &keys,
+            image_keys.len(),
+            Path::new(name),
+        );
         if let (Ok((_, label)), None) = (&read, &f.bad) {
-            assert_eq!(*label, f.label.unwrap_or(0), "the index and the epoch read disagree");
+            assert_eq!(
+                *label,
+                f.label.unwrap_or(0),
+                "the index and the epoch read disagree"
+            );
         }
         if f.bad.is_some() && masked_crc(&bytes[at + 12..end]) == crc {
             assert!(read.is_err(), "a record the index found bad was read");

@@ -4,7 +4,9 @@
 use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::{masked_crc, open_stream, pick, walk, Compression, Fault, Problem, Slice, TfRecordIndex};
+use super::{
+    masked_crc, open_stream, pick, walk, Compression, Fault, Problem, Slice, TfRecordIndex,
+};
 use crate::error::{DecodeFailure, Error};
 use crate::source::fetch::{Fetch, Fetched};
 
@@ -75,9 +77,10 @@ pub(crate) fn extract(
             }
         ))
     })?;
-    let sample = pick(&walked, &keys[..image_count], &keys[image_count..]).map_err(|p| match p {
-        Problem::Record(why) | Problem::Label(why) => fail(why),
-    })?;
+    let sample =
+        pick(&walked, &keys[..image_count], &keys[image_count..]).map_err(|p| match p {
+            Problem::Record(why) | Problem::Label(why) => fail(why),
+        })?;
     let (at, len) = sample.image;
     let (at, len) = (at as usize, len as usize);
     payload.copy_within(at..at + len, 0);
@@ -193,8 +196,14 @@ impl Cursor {
         if !super::frame_checks(&head) || stored != len {
             return Err(changed(
                 name,
-                format!("its frame holds a length of {stored} (CRC {}), the index {len}",
-                    if super::frame_checks(&head) { "checks" } else { "fails" }),
+                format!(
+                    "its frame holds a length of {stored} (CRC {}), the index {len}",
+                    if super::frame_checks(&head) {
+                        "checks"
+                    } else {
+                        "fails"
+                    }
+                ),
             ));
         }
         let mut payload = Vec::new();
