@@ -692,11 +692,14 @@ pub(crate) fn in_parallel<T: Send>(
     Ok(out)
 }
 
+/// One record as an epoch reads it: its image's length and label, or why it is a bad sample.
+pub(crate) type RecordRead = Result<(usize, u32), Error>;
+
 /// Indexes an in-memory TFRecord file as opening a plain shard does, then reads each record
 /// as an epoch does (the `tfrecord` fuzz target): the number of records, and for each, its
 /// image's length and label (or why it is a bad sample). Panics if the two disagree on a
 /// record whose CRCs check.
-pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<(usize, u32), Error>>, Error> {
+pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<RecordRead>, Error> {
     let (image_keys, label_keys) = TfRecordOptions::default().keys();
     let w = Walker {
         reader: Box::new(std::io::empty()),
