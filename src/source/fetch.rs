@@ -29,6 +29,7 @@ pub(crate) trait Claims {
     /// the epoch cancelled.
     fn claim(&self) -> Option<usize>;
     /// The next position without waiting.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     fn try_claim(&self) -> TryClaim;
     /// Whether the epoch was cancelled (the consumer dropped it).
     fn is_cancelled(&self) -> bool;

@@ -32,6 +32,7 @@ mod url;
 pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};
+#[cfg(feature = "remote")]
 use std::sync::Arc;
 use std::time::Duration;
 
