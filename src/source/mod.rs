@@ -377,7 +377,7 @@ impl Source {
     ///
     /// ```
     /// # fn main() -> Result<(), imagefeed::Error> {
-    /// let source = imagefeed::Source::from_tfrecords(["testdata/formats/train-00000-of-00002"])?;
+    /// let source = imagefeed::Source::from_tfrecords(["testdata/formats/tfrecord"])?;
     /// assert_eq!(source.kind(), imagefeed::SourceKind::TfRecord);
     /// # Ok(()) }
     /// ```
