@@ -6,14 +6,15 @@
 //! runs and does not grow with the dataset.
 //!
 //! ```text
-//!  Source         a file list, class folders, tar shards or a URL: indices and labels (source/)
+//!  Source         a file list, class folders, tar, TFRecord or parquet shards, or a URL:
+//!                 indices and labels (source/)
 //!    │ plan       a seeded order of the indices each epoch, this rank's share (pipeline/plan.rs)
 //!    ▼
 //!  readahead      asks the kernel for the next files ahead of the decoders (local files, cache)
 //!  fetch          reads the bytes of tar shards and objects as streams, within a byte budget
 //!    │                                             (pipeline/readahead.rs, pipeline/fetch.rs)
 //!    ▼
-//!  decode ×N      JPEG/PNG -> RGB8, DCT-scaled where it still covers the target, only the
+//!  decode ×N      JPEG/PNG/WebP -> RGB8, DCT-scaled where it still covers the target, only the
 //!  + transform    crop's rows and columns (decode/); the crop (random per seed, epoch and
 //!                 index) resized to 160x160 u8, oriented, flipped (transform/)
 //!    │                                                         (pipeline/decode_loop.rs)
@@ -67,6 +68,7 @@
 //! | `cuda-11040` | no     | builds cudarc for CUDA 11.4 with `cuda` (nothing without it); with `cuda`, name a CUDA version this way, with `CUDARC_CUDA_VERSION`, or through another crate's cudarc features (README, "GPU") |
 //! | `candle`    | no      | `Batch::to_candle` / `Batch::into_candle`: a batch as candle-core 0.11 tensors |
 //! | `candle-cuda` | no    | `candle` + `cuda` + candle-core's `cuda`: a GPU batch becomes a candle CUDA tensor without a copy (building needs nvcc) |
+//! | `parquet`   | yes     | parquet sources ([`Source::from_parquet`], the Hugging Face `datasets` layout) through the `parquet` crate; TFRecord sources need no feature |
 //!
 //! ## Tuning
 //!
@@ -122,7 +124,10 @@ pub use loader::{Batches, Loader, LoaderState};
 pub use prefetch::Device;
 pub use shard::{Launch, Launcher, ShardPadding};
 pub use source::shards::{write_shards, ShardsWritten};
-pub use source::{RemoteOptions, Source, SourceKind};
+#[cfg(feature = "parquet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
+pub use source::ParquetOptions;
+pub use source::{RemoteOptions, Source, SourceKind, TfRecordOptions};
 pub use stats::Stats;
 pub use transform::{ResizeFilter, ResizeMode, Transform};
 

@@ -35,6 +35,7 @@ mod gate;
 pub(crate) mod header;
 mod jpeg;
 mod png;
+mod webp;
 // Only libjpeg-turbo's cropped decodes read it; without `turbojpeg` no loader makes one
 // (`Config::verifies_crops`).
 #[cfg_attr(not(feature = "turbojpeg"), allow(dead_code))]
@@ -490,10 +491,11 @@ impl Decoder {
         match format {
             Format::Jpeg => self.decode_jpeg(job, guard),
             Format::Png => self.decode_png(job, guard),
+            Format::WebP => self.decode_webp(job, guard),
             other => Err(fail(
                 path,
                 format!(
-                    "{} is not a supported image format (imagefeed reads JPEG and PNG)",
+                    "{} is not a supported image format (imagefeed reads JPEG, PNG and WebP)",
                     other.name()
                 ),
             )),
@@ -644,6 +646,13 @@ fn working_set(head: &[u8], len: u64, settings: &DecodeSettings, geom: &Geometry
                 .max(rgb_bytes(w, h).saturating_add(resize_working_set(w, h, geom)));
             (w, h, set)
         }
+        Format::WebP => {
+            let (w, h) = webp::dimensions(head)?;
+            // Alpha is in the VP8X flags or a VP8L header; counted as RGBA either way.
+            let set = webp::decode_bytes(w, h, true)
+                .max(rgb_bytes(w, h).saturating_add(resize_working_set(w, h, geom)));
+            (w, h, set)
+        }
         _ => return None,
     };
     (u64::from(w) * u64::from(h) <= settings.max_pixels).then(|| decoding.saturating_add(len))
@@ -673,6 +682,8 @@ fn check_extension(path: &Path, format: Format) -> Result<(), Error> {
         Format::Jpeg
     } else if is("png") {
         Format::Png
+    } else if is("webp") {
+        Format::WebP
     } else {
         return Ok(());
     };
@@ -682,7 +693,7 @@ fn check_extension(path: &Path, format: Format) -> Result<(), Error> {
     let ext = ext.to_ascii_lowercase();
     Err(fail(
         path,
-        if matches!(format, Format::Jpeg | Format::Png) {
+        if matches!(format, Format::Jpeg | Format::Png | Format::WebP) {
             format!(
                 "the file holds {} data but is named .{ext} (a mislabelled file; use check_extension(false) to accept it)",
                 format.name()

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::fetch::Fetch;
+#[cfg(feature = "parquet")]
+use super::parquet::ParquetIndex;
 use super::shards::TarIndex;
+use super::tfrecord::TfRecordIndex;
 #[cfg(feature = "remote")]
 use super::ObjectIndex;
 use super::{regular_file, FileIndex, SourceKind};
@@ -23,6 +26,11 @@ pub(crate) enum Backing {
     Objects(Arc<ObjectIndex>),
     /// Members of tar shards.
     Tar(Arc<TarIndex>),
+    /// Records of TFRecord shards.
+    TfRecord(Arc<TfRecordIndex>),
+    /// Rows of parquet files.
+    #[cfg(feature = "parquet")]
+    Parquet(Arc<ParquetIndex>),
 }
 
 impl Backing {
@@ -33,6 +41,9 @@ impl Backing {
             #[cfg(feature = "remote")]
             Backing::Objects(_) => SourceKind::Objects,
             Backing::Tar(_) => SourceKind::TarShards,
+            Backing::TfRecord(_) => SourceKind::TfRecord,
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(_) => SourceKind::Parquet,
         }
     }
 
@@ -59,6 +70,9 @@ impl Backing {
                 (size, mtime as u128)
             }
             Backing::Tar(t) => t.stamp(i),
+            Backing::TfRecord(t) => t.stamp(i),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => p.stamp(i),
         }
     }
 
@@ -119,6 +133,9 @@ impl Backing {
             #[cfg(feature = "remote")]
             Backing::Objects(o) => o.store.get(&o.key(index, i), limit),
             Backing::Tar(t) => t.read_member(i, index.label(i), &index.path(i), limit),
+            Backing::TfRecord(t) => t.read_one(i, index.label(i), &index.path(i), limit),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => p.read_one(i, &index.path(i), limit),
         }
     }
 
@@ -127,6 +144,9 @@ impl Backing {
     pub(crate) fn mean_sample_bytes(&self) -> Option<u64> {
         match self {
             Backing::Tar(t) => t.mean_len(),
+            Backing::TfRecord(t) => t.mean_len(),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => p.mean_len(),
             _ => None,
         }
     }
@@ -138,6 +158,9 @@ impl Backing {
             #[cfg(feature = "remote")]
             Backing::Objects(o) => (o.stamps.capacity() * 16) as u64,
             Backing::Tar(t) => t.heap_bytes(),
+            Backing::TfRecord(t) => t.heap_bytes(),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => p.heap_bytes(),
         }
     }
 
@@ -147,6 +170,9 @@ impl Backing {
         match self {
             Backing::Files => None,
             Backing::Tar(t) => Some(t.byte_bound()),
+            Backing::TfRecord(t) => Some(t.byte_bound()),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => Some(p.byte_bound()),
             #[cfg(feature = "remote")]
             Backing::Objects(o) => Some(o.store.options.max_bytes_in_flight),
         }
@@ -158,7 +184,7 @@ impl Backing {
         matches!(self, Backing::Files)
     }
 
-    /// For a source read as streams (tar shards): each stream's samples, as a range of
+    /// For a source read as streams (tar shards, TFRecord shards, parquet row groups): each stream's samples, as a range of
     /// consecutive dataset indices, in the source's order. `None` for random access.
     pub(crate) fn streams(&self) -> Option<Vec<std::ops::Range<u32>>> {
         match self {
@@ -168,6 +194,9 @@ impl Backing {
                     .map(|s| s.first..s.first + s.count)
                     .collect(),
             ),
+            Backing::TfRecord(t) => Some(t.streams()),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => Some(p.streams()),
             Backing::Files => None,
             #[cfg(feature = "remote")]
             Backing::Objects(_) => None,
@@ -180,6 +209,9 @@ impl Backing {
         match self {
             Backing::Files => {}
             Backing::Tar(tar) => tar.fetch(f),
+            Backing::TfRecord(t) => t.fetch(f),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => p.fetch(f),
             #[cfg(feature = "remote")]
             Backing::Objects(objects) => objects.fetch(f),
         }

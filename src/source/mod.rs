@@ -17,12 +17,16 @@
 //! `remote` feature `remote.rs` (the object store client) and `url.rs` (opening a URL).
 
 mod backing;
+mod containers;
 pub(crate) mod fetch;
 mod index;
 pub(crate) mod list;
+#[cfg(feature = "parquet")]
+pub(crate) mod parquet;
 #[cfg(feature = "remote")]
 pub(crate) mod remote;
 pub(crate) mod shards;
+pub(crate) mod tfrecord;
 #[cfg(feature = "remote")]
 mod url;
 pub(crate) mod walk;
@@ -36,6 +40,9 @@ use crate::error::Error;
 pub(crate) use backing::Backing;
 pub(crate) use index::{check_count, os_to_bytes, FileIndex};
 use list::{parse_list_from, shown};
+#[cfg(feature = "parquet")]
+pub use parquet::ParquetOptions;
+pub use tfrecord::TfRecordOptions;
 use walk::class_folder_with_images;
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
@@ -66,6 +73,11 @@ pub enum SourceKind {
     /// Samples packed in tar shards (WebDataset layout), local or in object storage, each shard
     /// read as one sequential stream.
     TarShards,
+    /// `tf.train.Example` records in TFRecord shards, each shard read as one stream.
+    TfRecord,
+    /// Rows of parquet files (the Hugging Face `datasets` layout), each row group read as one
+    /// stream.
+    Parquet,
 }
 
 /// Objects of a store, one a sample.
@@ -262,13 +274,18 @@ impl Source {
     /// - a URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `http(s)://…`): [`Source::from_url`];
     /// - a `.tar` file, or a folder holding `.tar` files: [`Source::from_tar_shards`] (the
     ///   folder's `*.tar` files, sorted by name);
+    /// - a `.parquet` file, or a folder holding them: [`Source::from_parquet`];
+    /// - a TFRecord file (`*.tfrecord`, `*.tfrec`, or any file whose first record's framing
+    ///   checks, such as `train-00000-of-01024`), or a folder holding them:
+    ///   [`Source::from_tfrecords`];
     /// - another folder: [`Source::from_dir`] (class folders);
     /// - another file: [`Source::from_list_file`].
     ///
     /// # Errors
     /// As the constructor chosen, and [`ErrorKind::Source`](crate::ErrorKind::Source) for a
-    /// folder holding both `.tar` files and class folders of images (reading either kind
-    /// would drop the other's samples or labels without a word).
+    /// folder holding two kinds of dataset (tar, parquet or TFRecord shards, class folders of
+    /// images), or shards of two sets (`train-*-of-00004` beside `test-*-of-00001`): reading
+    /// all would drop some samples or labels, or mix splits, without a word.
     pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
         if let Some(url) = path.to_str().filter(|s| shards::looks_like_url(s)) {
@@ -276,6 +293,9 @@ impl Source {
         }
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if meta.is_dir() {
+            if let Some(source) = containers::open_dir(path)? {
+                return Ok(source);
+            }
             let shards = shards::tar_files_in(path)?;
             if shards.is_empty() {
                 return Source::from_dir(path);
@@ -298,6 +318,8 @@ impl Source {
             Source::from_tar_shards(shards)
         } else if shards::is_tar_name(&path.to_string_lossy()) {
             Source::from_tar_shards([path])
+        } else if let Some(source) = containers::open_file(path) {
+            source
         } else {
             Source::from_list_file(path)
         }
@@ -328,6 +350,74 @@ impl Source {
             .map(|p| p.as_ref().to_path_buf())
             .collect();
         shards::index_local(&paths)
+    }
+
+    /// TFRecord shards of `tf.train.Example`s, with [`TfRecordOptions::default`] (the keys of
+    /// TensorFlow's ImageNet script, `image/encoded` and `image/class/label`, or TFDS's `image`
+    /// and `label`): see [`Source::from_tfrecords_with`].
+    ///
+    /// # Errors
+    /// As [`Source::from_tfrecords_with`].
+    pub fn from_tfrecords<P: AsRef<Path>>(
+        paths: impl IntoIterator<Item = P>,
+    ) -> Result<Source, Error> {
+        Source::from_tfrecords_with(paths, TfRecordOptions::default())
+    }
+
+    /// TFRecord shards (each path a file, plain or GZIP/ZLIB compressed, or a folder of them)
+    /// whose records are `tf.train.Example`s holding an encoded image (a `bytes` feature) and
+    /// its label (an `int64` feature), under the keys `options` names. Sample `i` is the
+    /// `i`-th record in file order (files sorted within a folder), named
+    /// `FILE[record N at byte B]`.
+    ///
+    /// Opening indexes every record (its framing and label, seeking over the image; a
+    /// compressed file is inflated once); each epoch visits the files in a seeded order and
+    /// reads each as one stream, checking every record's CRCs. A dataset with no label key is
+    /// unlabelled (every label 0, with a warning).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// let source = imagefeed::Source::from_tfrecords(["testdata/formats/tfrecord"])?;
+    /// assert_eq!(source.kind(), imagefeed::SourceKind::TfRecord);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if a file cannot be read, and
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) naming the file and the record's byte
+    /// offset for damaged framing, a file cut inside a record, a label that is not an integer
+    /// in `0..=u32::MAX`, labels on some records only, or files where no record holds the image
+    /// key. A record with a bad payload CRC, or without the image key, is a bad sample: its
+    /// read is a skippable [`ErrorKind::Decode`](crate::ErrorKind::Decode) naming it.
+    pub fn from_tfrecords_with<P: AsRef<Path>>(
+        paths: impl IntoIterator<Item = P>,
+        options: TfRecordOptions,
+    ) -> Result<Source, Error> {
+        let paths: Vec<PathBuf> = paths
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        tfrecord::index_local(&paths, &options)
+    }
+
+    /// Parquet files with [`ParquetOptions::default`] (the Hugging Face `datasets` layout: an
+    /// `image` column of `struct<bytes, path>` and an integer `label` column): see
+    /// [`Source::from_parquet_with`].
+    ///
+    /// # Errors
+    /// As [`Source::from_parquet_with`].
+    pub fn from_parquet<P: AsRef<Path>>(
+        paths: impl IntoIterator<Item = P>,
+    ) -> Result<Source, Error> {
+        #[cfg(feature = "parquet")]
+        {
+            Source::from_parquet_with(paths, ParquetOptions::default())
+        }
+        #[cfg(not(feature = "parquet"))]
+        {
+            let _ = paths.into_iter().count();
+            Err(Error::feature_disabled("parquet"))
+        }
     }
 
     /// A source in object storage, with [`RemoteOptions::default`]: see

@@ -102,7 +102,7 @@ pub(super) fn class_folders(dir: &Path) -> Result<FileIndex, Error> {
 
 /// Image file extensions (compared case-insensitively): the files a class-folder source picks
 /// up and the members of a tar shard that are a sample's image.
-pub(crate) const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png"];
+pub(crate) const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp"];
 
 /// Whether `dir` holds an image file directly (not in a sub-folder); stops at the first.
 fn has_loose_images(dir: &Path) -> bool {

@@ -99,6 +99,15 @@ pub fn index_tar(bytes: &[u8]) -> Option<usize> {
     crate::source::shards::index_bytes(bytes).ok()
 }
 
+/// Indexes `bytes` as a TFRecord shard, as opening one does (framing, length CRCs, each
+/// `tf.train.Example`'s keys and label), then reads every record as an epoch does (payload
+/// CRC, image and label). Returns the number of records read, or `None` for a file refused at
+/// open. Panics if opening and reading disagree on a record's label.
+pub fn index_tfrecord(bytes: &[u8]) -> Option<usize> {
+    let records = crate::source::tfrecord::index_bytes(bytes).ok()?;
+    Some(records.iter().filter(|r| r.is_ok()).count())
+}
+
 /// Parses `bytes` as a cache header and reads every record it claims, as the cache reader
 /// does. Returns the number of records that decoded.
 pub fn read_cache(bytes: &[u8]) -> usize {

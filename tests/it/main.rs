@@ -12,6 +12,7 @@ mod common;
 mod decode;
 mod elastic;
 mod errors;
+mod formats;
 mod fuzz_seeds;
 mod pipeline;
 mod shard;

@@ -185,7 +185,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
 
     let source = Source::open(&a.source)?;
     let default_shuffle_buffer = match source.kind() {
-        SourceKind::TarShards => 1000,
+        SourceKind::TarShards | SourceKind::TfRecord | SourceKind::Parquet => 1000,
         _ => 0,
     };
     if a.max_skipped.is_some() && matches!(a.on_error, OnErrorArg::Fail) {

@@ -1,0 +1,182 @@
+//! What [`Source::open`] makes of a parquet or TFRecord path: which files of a folder are
+//! shards of which kind, and the checks that a folder holds one dataset (one kind of shard,
+//! one set of `NAME-00000-of-00004` files).
+
+use std::path::{Path, PathBuf};
+
+use super::tfrecord;
+use super::{shards, walk::class_folder_with_images, Source};
+use crate::error::Error;
+
+/// True for a name ending in `.parquet` (any case).
+pub(crate) fn is_parquet_name(name: &str) -> bool {
+    name.to_ascii_lowercase().ends_with(".parquet")
+}
+
+/// The `*.parquet` files directly in `dir`, sorted.
+pub(crate) fn parquet_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        if super::walk::is_hidden(&name) || !is_parquet_name(&name.to_string_lossy()) {
+            continue;
+        }
+        if entry.path().is_file() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A file [`Source::open`] opens as parquet or TFRecord, by its name or (TFRecord) its first
+/// record's framing; `None` for others (lists, tar shards).
+pub(crate) fn open_file(path: &Path) -> Option<Result<Source, Error>> {
+    let name = path.file_name()?.to_string_lossy();
+    if is_parquet_name(&name) {
+        return Some(Source::from_parquet([path]));
+    }
+    if tfrecord::is_tfrecord_name(&name) || tfrecord::sniff(path).is_some() {
+        return Some(Source::from_tfrecords([path]));
+    }
+    None
+}
+
+/// A folder [`Source::open`] opens as parquet or TFRecord shards: `Ok(None)` if it holds
+/// neither. A folder holding two kinds of dataset (these, tar shards, class folders of
+/// images), or two sets of shards (`train-*-of-00004` and `test-*-of-00001`), is an error
+/// naming them: reading all would mix them without a word.
+pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
+    let parquet = parquet_files_in(dir)?;
+    let records = tfrecord::files_in(dir)?;
+    let (kind, files) = match (parquet.is_empty(), records.is_empty()) {
+        (true, true) => return Ok(None),
+        (false, true) => ("parquet", parquet),
+        (true, false) => ("TFRecord", records),
+        (false, false) => {
+            return Err(both(
+                dir,
+                ("parquet files", &parquet[0]),
+                ("TFRecord files", &records[0]),
+            ))
+        }
+    };
+    if let Some(tar) = shards::tar_files_in(dir)?.first() {
+        return Err(both(
+            dir,
+            (&format!("{kind} files"), &files[0]),
+            ("tar shards", tar),
+        ));
+    }
+    if let Some(class) = class_folder_with_images(dir)? {
+        return Err(Error::source(
+            dir,
+            format!(
+                "holds both {kind} files ({}) and class folders ({}/ holds images): move one \
+                 kind out, or open the files with Source::from_{} or the folders with \
+                 Source::from_dir",
+                file_name(&files[0]),
+                super::list::shown(class.as_encoded_bytes()),
+                if kind == "parquet" {
+                    "parquet"
+                } else {
+                    "tfrecords"
+                }
+            ),
+        ));
+    }
+    one_set(dir, &files)?;
+    Ok(Some(if kind == "parquet" {
+        Source::from_parquet(&files)?
+    } else {
+        Source::from_tfrecords(&files)?
+    }))
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn both(dir: &Path, a: (&str, &PathBuf), b: (&str, &PathBuf)) -> Error {
+    Error::source(
+        dir,
+        format!(
+            "holds both {} ({}) and {} ({}): move one kind out, or open the files of one kind \
+             explicitly (Source::from_parquet, Source::from_tfrecords, Source::from_tar_shards)",
+            a.0,
+            file_name(a.1),
+            b.0,
+            file_name(b.1)
+        ),
+    )
+}
+
+/// `("train", 4)` for `train-00001-of-00004.parquet` (also TFDS's
+/// `imagenet2012-train.tfrecord-00001-of-01024`): the set a shard belongs to and its size.
+fn set_of(name: &str) -> Option<(&str, u64)> {
+    let stem = name.strip_suffix(".parquet").unwrap_or(name);
+    let stem = stem.strip_suffix(".gz").unwrap_or(stem);
+    let (head, total) = stem.rsplit_once("-of-")?;
+    let (set, index) = head.rsplit_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(index) || !digits(total) {
+        return None;
+    }
+    Some((set, total.parse().ok()?))
+}
+
+/// Refuses shards of two sets in one folder, and warns about a set with shards missing.
+fn one_set(dir: &Path, files: &[PathBuf]) -> Result<(), Error> {
+    let names: Vec<String> = files.iter().map(|f| file_name(f)).collect();
+    let sets: Vec<Option<(&str, u64)>> = names.iter().map(|n| set_of(n)).collect();
+    let Some(Some(first)) = sets.first() else {
+        return Ok(());
+    };
+    if let Some((k, _)) = sets
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.is_none_or(|s| s != *first))
+    {
+        return Err(Error::source(
+            dir,
+            format!(
+                "holds shards of more than one set (`{}` and `{}`: a split each, say): open one \
+                 set with Source::from_parquet or Source::from_tfrecords and its files, or keep a \
+                 folder per set",
+                names[0], names[k]
+            ),
+        ));
+    }
+    if (files.len() as u64) < first.1 {
+        log::warn!(
+            "{}: holds {} of the {} shards of `{}-*-of-{}`",
+            dir.display(),
+            files.len(),
+            first.1,
+            first.0,
+            first.1
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_sets_are_told_by_their_names() {
+        assert_eq!(set_of("train-00001-of-00004.parquet"), Some(("train", 4)));
+        assert_eq!(set_of("train-00000-of-01024"), Some(("train", 1024)));
+        assert_eq!(
+            set_of("imagenet2012-train.tfrecord-00001-of-01024"),
+            Some(("imagenet2012-train.tfrecord", 1024))
+        );
+        assert_eq!(set_of("part-0.parquet"), None);
+        assert_eq!(set_of("x-of-3"), None);
+    }
+}
