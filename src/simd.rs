@@ -1,13 +1,11 @@
 //! Which vector kernels the resize and the normalize run: AVX2 wherever the CPU has it, and
 //! their 512-bit AVX-512 variants only where those pay for themselves.
 //!
-//! A 512-bit kernel does more per instruction, but on an Intel Xeon (Ice Lake, 2.6 GHz) this
-//! project was measured on, the 512-bit vertical pass, run for a few microseconds between
-//! decodes, took 1.8× the AVX2 pass's time, and the AVX2 kernels that run straight after it
-//! 1.7× their usual time (Intel's cores start 512-bit work slowly and give it a vector port
-//! that 256-bit code then lacks), so that whole cold epochs ran 4.5–12% faster with the AVX-512
-//! kernels off (docs/PERFORMANCE.md, "AVX-512 on Intel"). On an AMD EPYC they had saved about
-//! 1.3% of the samples. So by default they run on AMD CPUs only.
+//! A 512-bit kernel does more per instruction, but Intel's cores start 512-bit work slowly and
+//! give it a vector port that the 256-bit code after it then lacks: run for a few microseconds
+//! between decodes, the AVX-512 kernels made whole epochs slower on Intel and a little faster on
+//! AMD (the figures are in docs/PERFORMANCE.md, "AVX-512 on Intel"). So by default they run on
+//! AMD CPUs only.
 //!
 //! `IMAGEFEED_AVX512=on` (or `1`) runs them wherever the CPU has AVX-512F and AVX-512BW,
 //! `IMAGEFEED_AVX512=off` (or `0`) never; anything else, or no variable, is the default. The
