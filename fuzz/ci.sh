@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI's fuzzing step (.ci/run): builds the four targets with AddressSanitizer and libjpeg-turbo's
+# CI's fuzzing step (.ci/run): builds the five targets with AddressSanitizer and libjpeg-turbo's
 # C instrumented (build.sh), then runs each from its committed seeds (seeds/<target>/, plus
 # regressions/<target>/ where it exists) for a bounded time: `decode` DECODE_SECONDS (default
 # 90), the others SECONDS_EACH each (default 30). Anything found (a crash, a panic, a leak, a
@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 decode_secs=${DECODE_SECONDS:-90}
 other_secs=${SECONDS_EACH:-30}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(decode list cache tar)
+[ ${#targets[@]} -eq 0 ] && targets=(decode list cache tar tfrecord)
 bin=target/x86_64-unknown-linux-gnu/release
 work=target/ci
 rm -rf "$work"

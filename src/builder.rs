@@ -506,7 +506,7 @@ fn what_to_lower(b: &MemoryBudget) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::MAX_BATCH_SIZE;
+    use crate::batch::format::MAX_BATCH_SIZE;
     use crate::tune::{MAX_DECODE_THREADS, MAX_PREFETCH_SETTING};
 
     fn source() -> Source {

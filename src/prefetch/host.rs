@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::{SlotLease, SlotMemory, SlotRing};
-use crate::batch::OutputSettings;
-use crate::batch::{BatchStorage, Normalizer};
+use crate::batch::format::OutputSettings;
+use crate::batch::normalize::{BatchStorage, Normalizer};
 use crate::error::Error;
 use crate::stats::StatsCell;
 

@@ -62,9 +62,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use crate::batch::BatchFormat;
-use crate::batch::OutputSettings;
-use crate::batch::{BatchStorage, Dtype};
+use crate::batch::format::BatchFormat;
+use crate::batch::format::OutputSettings;
+use crate::batch::normalize::{BatchStorage, Dtype};
 use crate::error::Error;
 use crate::stats::StatsCell;
 

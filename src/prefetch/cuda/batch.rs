@@ -8,8 +8,8 @@ use half::{bf16, f16};
 
 use super::driver::{drv, guarded};
 use super::staging::CudaSlot;
-use crate::batch::BatchFormat;
-use crate::batch::{Dtype, Layout};
+use crate::batch::format::BatchFormat;
+use crate::batch::normalize::{Dtype, Layout};
 use crate::error::Error;
 
 /// A batch in GPU memory, borrowed from a [`Batch`](crate::Batch) with

@@ -8,7 +8,7 @@ use cudarc::driver::{sys, CudaContext, CudaStream, DevicePtr, PinnedHostSlice};
 use super::batch::CudaBatch;
 use super::driver::{context, driver_present, drv, guarded, no_driver};
 use super::kernel::{kernel_ptx, load_kernel};
-use crate::batch::Dtype;
+use crate::batch::normalize::Dtype;
 use crate::error::Error;
 
 /// What `imagefeed gpu-info` prints: the driver, every device, and whether pinned memory and

@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
 
 use super::driver::{library_present, NVRTC_NAMES};
-use crate::batch::OutputSettings;
-use crate::batch::{Dtype, Layout};
+use crate::batch::format::OutputSettings;
+use crate::batch::normalize::{Dtype, Layout};
 use crate::error::panic_message;
 
 /// Threads per block of the normalize kernel.

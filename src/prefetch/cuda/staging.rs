@@ -12,9 +12,9 @@ use cudarc::driver::{
 use super::driver::{context, drv, guarded};
 use super::kernel::{load_kernel, KernelParams, BLOCK, MAX_BLOCKS};
 use super::mb;
-use crate::batch::BatchFormat;
-use crate::batch::OutputSettings;
-use crate::batch::{BatchStorage, Dtype, Layout};
+use crate::batch::format::BatchFormat;
+use crate::batch::format::OutputSettings;
+use crate::batch::normalize::{BatchStorage, Dtype, Layout};
 use crate::error::Error;
 use crate::prefetch::DeviceSettings;
 use crate::prefetch::{SlotLease, SlotMemory, SlotRing};

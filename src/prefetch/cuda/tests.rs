@@ -5,7 +5,8 @@ use half::bf16;
 use super::diag::info;
 use super::driver::{context, driver_present};
 use super::kernel::KernelParams;
-use crate::batch::{BatchStorage, Dtype, Layout, OutputSettings};
+use crate::batch::format::OutputSettings;
+use crate::batch::normalize::{BatchStorage, Dtype, Layout};
 
 #[test]
 fn kernel_params_match_the_kernel_struct() {
@@ -21,7 +22,7 @@ fn kernel_constants_match_the_host_normalizer() {
         ..OutputSettings::default()
     };
     let p = KernelParams::new(&out);
-    let host = crate::batch::Normalizer::new(out.mean, out.std, out.layout);
+    let host = crate::batch::normalize::Normalizer::new(out.mean, out.std, out.layout);
     let mut out = BatchStorage::new(Dtype::F32, 3);
     for v in 0..=255u8 {
         host.write(&[v, v, v], &mut out, 0);
@@ -69,7 +70,7 @@ fn kernel_indexing_matches_the_host_layouts() {
         let sample = 3 * 5 * 3;
         let images = 4;
         let src: Vec<u8> = (0..images * sample).map(|i| (i * 37 % 251) as u8).collect();
-        let host = crate::batch::Normalizer::new(out.mean, out.std, layout);
+        let host = crate::batch::normalize::Normalizer::new(out.mean, out.std, layout);
         let mut want = BatchStorage::new(Dtype::F32, images * sample);
         for (k, px) in src.chunks_exact(sample).enumerate() {
             host.write(px, &mut want, k);
