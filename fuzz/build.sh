@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (decode, list, cache, tar, tfrecord) as libFuzzer binaries, without cargo-fuzz:
+# Builds the fuzz targets (decode, list, cache, tar, tfrecord, parquet) as libFuzzer binaries, without cargo-fuzz:
 # the same rustc flags `cargo fuzz build` passes (SanitizerCoverage's inline 8-bit counters, PC
 # table and compare tracing, `--cfg fuzzing`, AddressSanitizer, debug assertions and overflow
 # checks), on the stable toolchain (RUSTC_BOOTSTRAP=1 lets it take `-Zsanitizer`). libFuzzer

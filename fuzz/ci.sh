@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# CI's fuzzing step (.ci/run): builds the five targets with AddressSanitizer and libjpeg-turbo's
+# CI's fuzzing step (.ci/run): builds the six targets with AddressSanitizer and libjpeg-turbo's
 # C instrumented (build.sh), then runs each from its committed seeds (seeds/<target>/, plus
 # regressions/<target>/ where it exists) for a bounded time: `decode` DECODE_SECONDS (default
-# 90), the others SECONDS_EACH each (default 30). Anything found (a crash, a panic, a leak, a
+# 60), the others SECONDS_EACH each (default 25). Anything found (a crash, a panic, a leak, a
 # timeout, an out-of-memory) fails the step, which prints the input as base64 and the commands
 # that rerun it. New corpus entries go to fuzz/target/ci/ and are not kept.
 #
@@ -10,10 +10,10 @@
 #   SECONDS_EACH=10 fuzz/ci.sh list # one target, 10 s
 set -euo pipefail
 cd "$(dirname "$0")"
-decode_secs=${DECODE_SECONDS:-90}
-other_secs=${SECONDS_EACH:-30}
+decode_secs=${DECODE_SECONDS:-60}
+other_secs=${SECONDS_EACH:-25}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(decode list cache tar tfrecord)
+[ ${#targets[@]} -eq 0 ] && targets=(decode list cache tar tfrecord parquet)
 bin=target/x86_64-unknown-linux-gnu/release
 work=target/ci
 rm -rf "$work"

@@ -369,6 +369,26 @@ fn upload_fixtures(s: &Server) {
             b"imagefeed-tar-index-v1 size=1 samples=0\n",
         );
     }
+    // Parquet files and TFRecord shards (testdata/formats): as written, under a Hub-like
+    // `data/` with two splits, beside each other, and a parquet file cut short.
+    let formats = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/formats");
+    for (dir, to) in [
+        ("parquet", "formats/parquet"),
+        ("tfrecord", "formats/tfrecord"),
+        ("gzip", "formats/gzip"),
+        ("parquet", "formats/hub/data"),
+        ("parquet", "formats/mixed"),
+        ("tfrecord", "formats/mixed"),
+    ] {
+        for entry in std::fs::read_dir(formats.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            put(&format!("{to}/{name}"), &std::fs::read(&path).unwrap());
+        }
+    }
+    let first = std::fs::read(formats.join("parquet/train-00000-of-00002.parquet")).unwrap();
+    put("formats/hub/data/test-00000-of-00001.parquet", &first);
+    put("formats/cut/cut.parquet", &first[..first.len() - 100]);
     let many = Source::from_entries(many).unwrap();
     let written = write_shards(&many, dir.path().join("b"), 4, Some(1)).unwrap();
     for shard in &written.shards {
@@ -732,4 +752,95 @@ fn s3_server_that_stops_ends_the_epoch_with_an_error_not_a_hang() {
             started.elapsed()
         );
     }
+}
+
+#[test]
+fn s3_parquet_and_tfrecord_objects_read_as_the_local_files_do() {
+    let Some((_s, _guard)) = server() else { return };
+    let formats = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/formats");
+    for (url, local, kind) in [
+        (
+            "s3://imagefeed/formats/parquet",
+            "parquet",
+            SourceKind::Parquet,
+        ),
+        (
+            "s3://imagefeed/formats/parquet/train-00001-of-00002.parquet",
+            "parquet/train-00001-of-00002.parquet",
+            SourceKind::Parquet,
+        ),
+        // Shard names without an extension: told by their first record's framing.
+        (
+            "s3://imagefeed/formats/tfrecord",
+            "tfrecord",
+            SourceKind::TfRecord,
+        ),
+        ("s3://imagefeed/formats/gzip", "gzip", SourceKind::TfRecord),
+    ] {
+        let remote = Source::from_url_with(url, quick()).unwrap();
+        let local = Source::open(formats.join(local)).unwrap();
+        assert_eq!(remote.kind(), kind, "{url}");
+        assert_eq!(remote.len(), local.len(), "{url}");
+        assert!(remote.len() > 1, "{url}");
+        for i in 0..local.len() {
+            assert_eq!(remote.label(i), local.label(i), "{url} sample {i}");
+        }
+        let name = remote.path(0).unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("s3://imagefeed/formats/"), "{name}");
+        assert_eq!(
+            pixels(&load_u8(remote.clone())),
+            pixels(&load_u8(local)),
+            "{url}"
+        );
+        // Sharded over two ranks, shuffled: disjoint and complete.
+        let mut seen = Vec::new();
+        for rank in 0..2 {
+            let l = Loader::builder(remote.clone())
+                .image_size(16)
+                .batch_size(2)
+                .shuffle_buffer(4)
+                .shard(rank, 2)
+                .build()
+                .unwrap();
+            for b in l.epoch(1) {
+                seen.extend(b.unwrap().indices().to_vec());
+            }
+        }
+        // Complete, and disjoint but for at most one sample repeated to even the ranks.
+        let union: BTreeSet<u64> = seen.iter().copied().collect();
+        assert_eq!(union, (0..remote.len() as u64).collect(), "{url}");
+        assert!(seen.len() - union.len() <= 1, "{url}: {seen:?}");
+    }
+}
+
+#[test]
+fn s3_a_name_prefix_picks_one_split_and_two_splits_or_kinds_are_refused() {
+    let Some((_s, _guard)) = server() else { return };
+    // `data/train-`: the Hub's two train files, not its test file.
+    let train = Source::from_url_with("s3://imagefeed/formats/hub/data/train-", quick()).unwrap();
+    let local =
+        Source::open(Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/formats/parquet"))
+            .unwrap();
+    assert_eq!(train.kind(), SourceKind::Parquet);
+    assert_eq!(train.len(), local.len());
+    let both = Source::from_url_with("s3://imagefeed/formats/hub", quick())
+        .unwrap_err()
+        .to_string();
+    assert!(both.contains("more than one set"), "{both}");
+    assert!(both.contains("test-00000-of-00001.parquet"), "{both}");
+    let mixed = Source::from_url_with("s3://imagefeed/formats/mixed", quick())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        mixed.contains("parquet files") && mixed.contains("TFRecord files"),
+        "{mixed}"
+    );
+    let cut = Source::from_url_with("s3://imagefeed/formats/cut", quick())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        cut.contains("s3://imagefeed/formats/cut/cut.parquet"),
+        "{cut}"
+    );
+    assert!(cut.contains("not a readable parquet file"), "{cut}");
 }

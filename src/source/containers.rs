@@ -117,7 +117,7 @@ fn both(dir: &Path, a: (&str, &PathBuf), b: (&str, &PathBuf)) -> Error {
 
 /// `("train", 4)` for `train-00001-of-00004.parquet` (also TFDS's
 /// `imagenet2012-train.tfrecord-00001-of-01024`): the set a shard belongs to and its size.
-fn set_of(name: &str) -> Option<(&str, u64)> {
+pub(crate) fn set_of(name: &str) -> Option<(&str, u64)> {
     let stem = name.strip_suffix(".parquet").unwrap_or(name);
     let stem = stem.strip_suffix(".gz").unwrap_or(stem);
     let (head, total) = stem.rsplit_once("-of-")?;
@@ -130,7 +130,7 @@ fn set_of(name: &str) -> Option<(&str, u64)> {
 }
 
 /// Refuses shards of two sets in one folder, and warns about a set with shards missing.
-fn one_set(dir: &Path, files: &[PathBuf]) -> Result<(), Error> {
+pub(crate) fn one_set(dir: &Path, files: &[PathBuf]) -> Result<(), Error> {
     let names: Vec<String> = files.iter().map(|f| file_name(f)).collect();
     let sets: Vec<Option<(&str, u64)>> = names.iter().map(|n| set_of(n)).collect();
     let Some(Some(first)) = sets.first() else {

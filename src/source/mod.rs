@@ -23,6 +23,7 @@ mod index;
 pub(crate) mod list;
 #[cfg(feature = "parquet")]
 pub(crate) mod parquet;
+mod place;
 #[cfg(feature = "remote")]
 pub(crate) mod remote;
 pub(crate) mod shards;
@@ -134,6 +135,12 @@ pub struct RemoteOptions {
     /// No retry starts later than this after a request's first try (default 30 s): a store
     /// that stops answering ends the epoch with an error instead of a hang.
     pub retry_timeout: Duration,
+    /// The columns of parquet files under the URL (default: the `datasets` layout).
+    #[cfg(feature = "parquet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
+    pub parquet: ParquetOptions,
+    /// The feature keys of TFRecord shards under the URL (default: the ImageNet script's).
+    pub tfrecord: TfRecordOptions,
 }
 
 impl Default for RemoteOptions {
@@ -143,6 +150,9 @@ impl Default for RemoteOptions {
             max_bytes_in_flight: 64 << 20,
             retries: 5,
             retry_timeout: Duration::from_secs(30),
+            #[cfg(feature = "parquet")]
+            parquet: ParquetOptions::default(),
+            tfrecord: TfRecordOptions::default(),
         }
     }
 }
@@ -166,6 +176,18 @@ impl RemoteOptions {
     /// Sets [`RemoteOptions::retry_timeout`].
     pub fn retry_timeout(mut self, t: Duration) -> Self {
         self.retry_timeout = t;
+        self
+    }
+    /// Sets [`RemoteOptions::parquet`].
+    #[cfg(feature = "parquet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
+    pub fn parquet(mut self, options: ParquetOptions) -> Self {
+        self.parquet = options;
+        self
+    }
+    /// Sets [`RemoteOptions::tfrecord`].
+    pub fn tfrecord(mut self, options: TfRecordOptions) -> Self {
+        self.tfrecord = options;
         self
     }
 }
@@ -439,9 +461,23 @@ impl Source {
     /// - a `.tar` object, or a prefix holding `.tar` objects: tar shards
     ///   ([`Source::from_tar_shards`]), each read with one streamed request;
     /// - a `.txt` object: a file list whose relative paths are keys next to it;
-    /// - another prefix: its images (`.jpg`, `.jpeg`, `.png`), labeled by class "folder" (the
-    ///   first key component under the prefix, sorted, as [`Source::from_dir`]), or all label
-    ///   0 when they sit directly under the prefix.
+    /// - a `.parquet` object, or a prefix holding them (at any depth, as the Hub's `data/`):
+    ///   parquet files ([`Source::from_parquet_with`], with [`RemoteOptions::parquet`]); each
+    ///   file's footer and label column are read on opening, its row groups' pages by ranged
+    ///   requests as epochs read them;
+    /// - a TFRecord object (by its name, `*.tfrecord`, `*.tfrec`, or a shard name
+    ///   `NAME-00000-of-01024` whose first record's framing checks), or a prefix holding them:
+    ///   TFRecord shards ([`Source::from_tfrecords_with`], with [`RemoteOptions::tfrecord`]).
+    ///   Opening reads each shard once, as one stream (seeking over each image would cost a
+    ///   request a record); an epoch reads each shard as one streamed request;
+    /// - another prefix: its images (`.jpg`, `.jpeg`, `.png`, `.webp`), labeled by class
+    ///   "folder" (the first key component under the prefix, sorted, as [`Source::from_dir`]),
+    ///   or all label 0 when they sit directly under the prefix.
+    ///
+    /// A URL whose last part names no object and no "folder" is a name prefix:
+    /// `s3://bucket/data/train-` opens the objects of `data/` whose names start with `train-`
+    /// (one split of a Hub dataset, say). A prefix holding two kinds of dataset, or shards of
+    /// two sets (`train-*-of-00004` beside `test-*-of-00001`), is an error naming them.
     ///
     /// Requests run at most [`RemoteOptions::max_requests`] at a time, hold at most
     /// [`RemoteOptions::max_bytes_in_flight`], and are retried on transient errors.

@@ -41,6 +41,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use super::tfrecord::{common_parent, in_parallel, relative};
 use crate::error::{DecodeFailure, Error};
 use crate::source::fetch::{Fetch, Fetched};
+use crate::source::place::{Located, Place};
 use crate::source::{Backing, FileIndex, Source};
 
 /// The columns and limits for parquet files (see [`Source::from_parquet_with`]).
@@ -96,10 +97,9 @@ impl ParquetOptions {
 /// One indexed file.
 #[derive(Debug)]
 pub(crate) struct PqFile {
-    path: PathBuf,
+    /// Where it is, its size and modification time.
+    file: Located,
     name: String,
-    size: u64,
-    mtime: u128,
     /// The image column's leaf (the struct's `bytes`, or the binary column).
     leaf: usize,
     /// Each row group's rows.
@@ -152,7 +152,7 @@ impl ParquetIndex {
     pub(crate) fn stamp(&self, i: usize) -> (u64, u128) {
         let g = self.group_of(i as u32);
         let f = &self.files[g.file as usize];
-        (f.size ^ (i as u64).rotate_left(32), f.mtime)
+        (f.file.size ^ (i as u64).rotate_left(32), f.file.mtime)
     }
 
     /// The fetch bound: fetched bytes, and the column reader's two pages at most.
@@ -169,13 +169,91 @@ impl ParquetIndex {
     }
 }
 
-fn open_reader(path: &Path, name: &str) -> Result<SerializedFileReader<File>, Error> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    SerializedFileReader::new(file).map_err(|e| {
+/// A parquet file's bytes for the `parquet` crate's reader: a local file, or an object read
+/// with ranged requests (the footer, then each page's header and its bytes).
+pub(crate) enum PqData {
+    Local(File),
+    Memory(bytes::Bytes),
+    #[cfg(feature = "remote")]
+    Remote {
+        store: Arc<crate::source::remote::Store>,
+        key: String,
+        size: u64,
+    },
+}
+
+/// A remote page header is read through windows of this many bytes (a header is tens to
+/// hundreds of bytes; the page's data is then asked for alone).
+#[cfg(feature = "remote")]
+const HEADER_WINDOW: u64 = 16 << 10;
+
+impl parquet::file::reader::Length for PqData {
+    fn len(&self) -> u64 {
+        match self {
+            PqData::Local(f) => parquet::file::reader::Length::len(f),
+            PqData::Memory(b) => b.len() as u64,
+            #[cfg(feature = "remote")]
+            PqData::Remote { size, .. } => *size,
+        }
+    }
+}
+
+impl parquet::file::reader::ChunkReader for PqData {
+    type T = Box<dyn std::io::Read + Send>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        match self {
+            PqData::Local(f) => Ok(Box::new(f.get_read(start)?)),
+            PqData::Memory(b) => Ok(Box::new(b.get_read(start)?)),
+            #[cfg(feature = "remote")]
+            PqData::Remote { store, key, size } => {
+                Ok(Box::new(store.windows(key, start, *size, HEADER_WINDOW)))
+            }
+        }
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        match self {
+            PqData::Local(f) => f.get_bytes(start, length),
+            PqData::Memory(b) => b.get_bytes(start, length),
+            #[cfg(feature = "remote")]
+            PqData::Remote { store, key, .. } => store
+                .get_range(key, start, start.saturating_add(length as u64))
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
+        }
+    }
+}
+
+fn open_reader(file: &Located, name: &str) -> Result<SerializedFileReader<PqData>, Error> {
+    let data = match &file.place {
+        Place::Local(path) => PqData::Local(File::open(path).map_err(|e| Error::io(path, e))?),
+        Place::Memory(bytes) => PqData::Memory(bytes::Bytes::copy_from_slice(bytes)),
+        #[cfg(feature = "remote")]
+        Place::Remote { store, key } => PqData::Remote {
+            store: store.clone(),
+            key: key.clone(),
+            size: file.size,
+        },
+    };
+    SerializedFileReader::new(data).map_err(|e| {
         Error::source(
             name,
             format!("not a readable parquet file (damaged, or cut short: its footer is its last bytes): {e}"),
         )
+    })
+}
+
+/// Runs a call into the `parquet` crate, turning a panic of its into `Err` with the panic's
+/// message. Some damaged files make the crate (60.2) panic instead of returning an error: a
+/// page header whose data-page part is missing is unwrapped (`column/page.rs`), found by the
+/// `parquet` fuzz target. A bad file must be an error naming it, never the end of a training
+/// run. (Under `panic = "abort"` nothing can catch it.)
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        p.downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "the parquet reader panicked".into())
     })
 }
 
@@ -210,21 +288,9 @@ struct Indexed {
     chunks: Vec<u64>,
 }
 
-fn index_file(path: &Path, options: &ParquetOptions) -> Result<Indexed, Error> {
-    let name = path.to_string_lossy().into_owned();
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(Error::io(
-            path,
-            std::io::Error::other("is not a regular file (expected a parquet file)"),
-        ));
-    }
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos());
-    let reader = open_reader(path, &name)?;
+fn index_file(file: &Located, options: &ParquetOptions) -> Result<Indexed, Error> {
+    let name = file.path.to_string_lossy().into_owned();
+    let reader = open_reader(file, &name)?;
     let metadata = reader.metadata();
     let schema = metadata.file_metadata().schema_descr();
     let columns: Vec<_> = (0..schema.num_columns())
@@ -335,10 +401,8 @@ fn index_file(path: &Path, options: &ParquetOptions) -> Result<Indexed, Error> {
     };
     Ok(Indexed {
         file: PqFile {
-            path: path.to_path_buf(),
+            file: file.clone(),
             name,
-            size: meta.len(),
-            mtime,
             leaf,
             group_rows,
         },
@@ -349,7 +413,7 @@ fn index_file(path: &Path, options: &ParquetOptions) -> Result<Indexed, Error> {
 
 /// Every row's label from column `k`: integers in `0..=u32::MAX`, none null.
 fn read_labels(
-    reader: &SerializedFileReader<File>,
+    reader: &SerializedFileReader<PqData>,
     k: usize,
     group_rows: &[u64],
     name: &str,
@@ -467,7 +531,30 @@ pub(crate) fn index_local(paths: &[PathBuf], options: &ParquetOptions) -> Result
         return Err(Error::source(&origin, "no parquet files"));
     }
     let base = common_parent(&files);
-    let indexed = in_parallel(files.len(), |k| index_file(&files[k], options))?;
+    let files = files
+        .iter()
+        .map(|p| Located::local(p, "a parquet file"))
+        .collect::<Result<Vec<_>, _>>()?;
+    index_files(files, origin, base, options)
+}
+
+/// Indexes parquet files, local or objects, into a source; `origin` names the dataset in
+/// messages, and the samples' names are relative to `base`.
+pub(crate) fn index_files(
+    files: Vec<Located>,
+    origin: PathBuf,
+    base: PathBuf,
+    options: &ParquetOptions,
+) -> Result<Source, Error> {
+    let indexed = in_parallel(files.len(), |k| {
+        let file = &files[k];
+        guarded(|| index_file(file, options)).unwrap_or_else(|why| {
+            Err(Error::source(
+                &file.path,
+                format!("not a readable parquet file (damaged): {why}"),
+            ))
+        })
+    })?;
     let labelled = indexed.iter().filter(|f| f.labels.is_some()).count();
     if labelled > 0 && labelled < indexed.len() {
         let f = indexed
@@ -493,7 +580,7 @@ pub(crate) fn index_local(paths: &[PathBuf], options: &ParquetOptions) -> Result
     let (mut image_bytes, mut largest_chunk) = (0u64, 0u64);
     let mut first = 0u64;
     for (k, f) in indexed.into_iter().enumerate() {
-        let rel = relative(&f.file.path, &base);
+        let rel = relative(&f.file.file.path, &base);
         let mut row = 0u64;
         for (g, &rows) in f.file.group_rows.iter().enumerate() {
             if rows == 0 {
@@ -549,7 +636,7 @@ struct Open {
 /// rows asked for lie further on in it, and the current file's footer.
 #[derive(Default)]
 pub(crate) struct Cursor {
-    file: Option<(usize, SerializedFileReader<File>)>,
+    file: Option<(usize, SerializedFileReader<PqData>)>,
     current: Option<Open>,
     values: Vec<ByteArray>,
     defs: Vec<i16>,
@@ -574,7 +661,14 @@ impl Cursor {
         limit: u64,
         name: &Path,
     ) -> Result<Vec<u8>, Error> {
-        let r = self.read_inner(pq, i, limit, name);
+        let r = guarded(|| self.read_inner(pq, i, limit, name)).unwrap_or_else(|why| {
+            // The reader's state is unknown after a panic: the file is opened again.
+            self.file = None;
+            Err(Error::decode(
+                name,
+                DecodeFailure(format!("parquet: a damaged page: {why}")),
+            ))
+        });
         if r.is_err() {
             self.current = None;
         }
@@ -606,7 +700,7 @@ impl Cursor {
                 .as_ref()
                 .is_none_or(|(f, _)| *f != g.file as usize)
             {
-                let reader = open_reader(&file.path, &file.name)?;
+                let reader = open_reader(&file.file, &file.name)?;
                 let rows: Vec<u64> = reader
                     .metadata()
                     .row_groups()
@@ -767,4 +861,29 @@ impl Source {
             .collect();
         index_local(&paths, &options)
     }
+}
+
+/// Indexes an in-memory parquet file as opening one does (footer, columns, codecs, labels),
+/// then reads every row as an epoch does (the `parquet` fuzz target): for each row, its
+/// image's length or why it is a bad sample.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))]
+pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<usize, Error>>, Error> {
+    let name = "fuzz.parquet";
+    let source = index_files(
+        vec![Located::memory(name, bytes)],
+        PathBuf::from(name),
+        PathBuf::new(),
+        &ParquetOptions::default(),
+    )?;
+    let Backing::Parquet(pq) = &source.backing else {
+        return Err(Error::source(name, "not indexed as parquet"));
+    };
+    let mut cursor = Cursor::default();
+    let mut path = PathBuf::new();
+    let mut out = Vec::new();
+    for i in 0..source.len() {
+        source.index.path_into(i, &mut path);
+        out.push(cursor.read(pq, i as u32, 64 << 20, &path).map(|b| b.len()));
+    }
+    Ok(out)
 }

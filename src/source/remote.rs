@@ -285,6 +285,62 @@ impl Store {
         self.rt.block_on(f)
     }
 
+    /// Bytes `start..end` of `key`, in one request; an error if the object ends before `end`.
+    #[cfg_attr(not(feature = "parquet"), allow(dead_code))] // the parquet reader's
+    pub(crate) fn get_range(&self, key: &str, start: u64, end: u64) -> Result<Bytes, Error> {
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(start..end)),
+            ..Default::default()
+        };
+        let bytes = self
+            .rt
+            .block_on(async {
+                self.store
+                    .get_opts(&object_path(key), options)
+                    .await?
+                    .bytes()
+                    .await
+            })
+            .map_err(|e| self.error(key, e))?;
+        if (bytes.len() as u64) < end - start {
+            return Err(Error::io(
+                self.url_of(key),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "asked for bytes {start}..{end}, the store gave {} (the object is shorter than when it was listed?)",
+                        bytes.len()
+                    ),
+                ),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// A blocking reader over bytes `start..end` of `key` that asks for `window` bytes at a
+    /// time, only as far as it is read: for a reader that reads a few bytes at an offset (a
+    /// parquet page header) and stops.
+    #[cfg_attr(not(feature = "parquet"), allow(dead_code))] // the parquet reader's
+    pub(crate) fn windows(
+        self: &Arc<Self>,
+        key: &str,
+        start: u64,
+        end: u64,
+        window: u64,
+    ) -> Windows {
+        Windows {
+            store: self.clone(),
+            key: key.to_string(),
+            pos: start,
+            end,
+            window: window.max(1),
+            chunk: Bytes::new(),
+        }
+    }
+
     /// A blocking reader over bytes `start..end` of `key`, streamed (one request).
     pub(crate) fn range_reader(
         self: &Arc<Self>,
@@ -331,6 +387,37 @@ impl Read for RangeReader {
                 Some(Ok(chunk)) => self.chunk = chunk,
                 Some(Err(e)) => return Err(std::io::Error::other(e)),
             }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        let _ = self.chunk.split_to(n);
+        Ok(n)
+    }
+}
+
+/// Bytes of one object read a window at a time ([`Store::windows`]).
+#[cfg_attr(not(feature = "parquet"), allow(dead_code))] // the parquet reader's
+pub(crate) struct Windows {
+    store: Arc<Store>,
+    key: String,
+    pos: u64,
+    end: u64,
+    window: u64,
+    chunk: Bytes,
+}
+
+impl Read for Windows {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.chunk.is_empty() {
+            if self.pos >= self.end {
+                return Ok(0);
+            }
+            let to = self.end.min(self.pos.saturating_add(self.window));
+            self.chunk = self
+                .store
+                .get_range(&self.key, self.pos, to)
+                .map_err(std::io::Error::other)?;
+            self.pos = to;
         }
         let n = buf.len().min(self.chunk.len());
         buf[..n].copy_from_slice(&self.chunk[..n]);

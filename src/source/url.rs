@@ -4,6 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "remote")]
+use super::join_key;
+use super::place::Located;
+#[cfg(feature = "remote")]
+use super::remote::Listed;
 use super::shards::{assemble, index_shard, is_tar_name, parse_sidecar, sidecar_name, Head};
 use super::shards::{Shard, ShardLocation};
 use super::{Backing, FileIndex, Source};
@@ -18,7 +23,7 @@ pub(crate) fn open_remote(
     use std::sync::Arc;
 
     use crate::source::remote::Store;
-    use crate::source::{join_key, ObjectIndex};
+    use crate::source::ObjectIndex;
 
     let (store, key) = Store::connect(url, options)?;
     let store = Arc::new(store);
@@ -82,6 +87,12 @@ pub(crate) fn open_remote(
             vec![sidecar],
         );
     }
+    if let Some(kind) = container_name(&key) {
+        let (size, mtime) = store.head(&key)?;
+        let file = Located::object(&store, key.clone(), size, mtime);
+        let base = PathBuf::from(store.url_of(&parent_key(&key)));
+        return open_containers(&store, kind, vec![file], PathBuf::from(url), base);
+    }
     if key.to_ascii_lowercase().ends_with(".txt") {
         let parent = parent_key(&key);
         let (list, base) = (Path::new(url), PathBuf::from(store.url_of(&parent)));
@@ -104,8 +115,79 @@ pub(crate) fn open_remote(
             })),
         });
     }
-    let listed = store.list(&key)?;
+    let mut listed = store.list(&key)?;
+    let mut key = key;
+    if listed.is_empty() && !key.is_empty() {
+        // `data/train-`: the objects of `data/` whose names start with `train-`.
+        let (parent, stem) = match key.rsplit_once('/') {
+            Some((p, s)) => (p.to_string(), s.to_string()),
+            None => (String::new(), key.clone()),
+        };
+        listed = store
+            .list(&parent)?
+            .into_iter()
+            .filter(|o| !o.key.contains('/') && o.key.starts_with(&stem))
+            .collect();
+        if !listed.is_empty() {
+            key = parent;
+        }
+    }
+    let visible = |o: &&Listed| !o.key.split('/').any(|c| c.starts_with('.'));
     let tars: Vec<_> = listed.iter().filter(|o| is_tar_name(&o.key)).collect();
+    let parquet: Vec<&Listed> = listed
+        .iter()
+        .filter(visible)
+        .filter(|o| container_name(&o.key) == Some(Container::Parquet))
+        .collect();
+    let records = tfrecord_objects(&store, &key, &listed)?;
+    let kinds = [
+        ("tar shards", tars.first().copied()),
+        ("parquet files", parquet.first().copied()),
+        ("TFRecord files", records.first().copied()),
+    ];
+    let mut present = kinds.iter().filter_map(|(what, o)| o.map(|o| (*what, o)));
+    if let (Some(a), Some(b)) = (present.next(), present.next()) {
+        return Err(Error::source(
+            url,
+            format!(
+                "holds both {} ({}) and {} ({}): move one kind to another prefix",
+                a.0, a.1.key, b.0, b.1.key
+            ),
+        ));
+    }
+    for (kind, found) in [
+        (Container::Parquet, &parquet),
+        (Container::TfRecord, &records),
+    ] {
+        if found.is_empty() {
+            continue;
+        }
+        let what = if kind == Container::Parquet {
+            "parquet files"
+        } else {
+            "TFRecord files"
+        };
+        if let Some(image) = listed.iter().filter(visible).find(|o| {
+            o.key.contains('/') && crate::source::walk::has_image_extension(Path::new(&o.key))
+        }) {
+            return Err(Error::source(
+                url,
+                format!(
+                    "holds both {what} ({}) and class folders of images ({}): move one kind to \
+                     another prefix",
+                    found[0].key, image.key
+                ),
+            ));
+        }
+        let names: Vec<PathBuf> = found.iter().map(|o| PathBuf::from(&o.key)).collect();
+        crate::source::containers::one_set(Path::new(url), &names)?;
+        let files = found
+            .iter()
+            .map(|o| Located::object(&store, join_key(&key, &o.key), o.size, o.mtime))
+            .collect();
+        let base = PathBuf::from(store.url_of(&key));
+        return open_containers(&store, kind, files, PathBuf::from(url), base);
+    }
     // Shards beside class "folders" of images, as for a local folder: reading either would
     // drop the other's samples or labels without a word.
     let class_image = listed.iter().find(|o| {
@@ -147,7 +229,7 @@ pub(crate) fn open_remote(
         return Err(Error::source(
             url,
             format!(
-                "no .tar, .jpg, .jpeg or .png object under this prefix ({} objects listed)",
+                "no .tar, .parquet, TFRecord, .jpg, .jpeg, .png or .webp object under this prefix ({} objects listed)",
                 listed.len()
             ),
         ));
@@ -198,4 +280,90 @@ fn parent_key(key: &str) -> String {
     key.rsplit_once('/')
         .map(|(p, _)| p.to_string())
         .unwrap_or_default()
+}
+
+/// The container formats an object can be one file of.
+#[cfg(feature = "remote")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Container {
+    Parquet,
+    TfRecord,
+}
+
+/// The container an object is a file of, by its name alone.
+#[cfg(feature = "remote")]
+fn container_name(key: &str) -> Option<Container> {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    if crate::source::containers::is_parquet_name(name) {
+        Some(Container::Parquet)
+    } else if crate::source::tfrecord::is_tfrecord_name(name) {
+        Some(Container::TfRecord)
+    } else {
+        None
+    }
+}
+
+/// The TFRecord shards among `listed`: named as such, or named as a shard of a set
+/// (`train-00000-of-01024`, without an extension of another kind) with a first record whose
+/// framing checks (its first 4 KiB asked for).
+#[cfg(feature = "remote")]
+fn tfrecord_objects<'a>(
+    store: &std::sync::Arc<crate::source::remote::Store>,
+    key: &str,
+    listed: &'a [crate::source::remote::Listed],
+) -> Result<Vec<&'a crate::source::remote::Listed>, Error> {
+    use crate::source::tfrecord::{sniff_head, SNIFF_BYTES};
+    let visible =
+        |o: &&crate::source::remote::Listed| !o.key.split('/').any(|c| c.starts_with('.'));
+    let candidates: Vec<&crate::source::remote::Listed> = listed
+        .iter()
+        .filter(visible)
+        .filter(|o| match container_name(&o.key) {
+            Some(kind) => kind == Container::TfRecord,
+            None => {
+                let name = o.key.rsplit('/').next().unwrap_or(&o.key);
+                o.size >= 12
+                    && !name.contains('.')
+                    && crate::source::containers::set_of(name).is_some()
+            }
+        })
+        .collect();
+    let keep = crate::source::tfrecord::in_parallel(candidates.len(), |k| {
+        let o = candidates[k];
+        if container_name(&o.key).is_some() {
+            return Ok(true);
+        }
+        let file = Located::object(store, crate::source::join_key(key, &o.key), o.size, o.mtime);
+        Ok(sniff_head(&file.head(SNIFF_BYTES)?).is_some())
+    })?;
+    Ok(candidates
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(o, k)| k.then_some(o))
+        .collect())
+}
+
+/// Indexes parquet files or TFRecord shards in object storage, with the store's options.
+#[cfg(feature = "remote")]
+fn open_containers(
+    store: &std::sync::Arc<crate::source::remote::Store>,
+    kind: Container,
+    files: Vec<Located>,
+    origin: PathBuf,
+    base: PathBuf,
+) -> Result<Source, Error> {
+    match kind {
+        Container::TfRecord => {
+            crate::source::tfrecord::index_files(files, origin, base, &store.options.tfrecord)
+        }
+        #[cfg(feature = "parquet")]
+        Container::Parquet => {
+            crate::source::parquet::index_files(files, origin, base, &store.options.parquet)
+        }
+        #[cfg(not(feature = "parquet"))]
+        Container::Parquet => {
+            let _ = (files, origin, base);
+            Err(Error::feature_disabled("parquet"))
+        }
+    }
 }

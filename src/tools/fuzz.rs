@@ -108,6 +108,15 @@ pub fn index_tfrecord(bytes: &[u8]) -> Option<usize> {
     Some(records.iter().filter(|r| r.is_ok()).count())
 }
 
+/// Indexes `bytes` as a parquet file in the `datasets` layout, as opening one does (footer,
+/// schema, codecs, every label), then reads every row's image as an epoch does. Returns the
+/// number of rows read, or `None` for a file refused at open.
+#[cfg(feature = "parquet")]
+pub fn index_parquet(bytes: &[u8]) -> Option<usize> {
+    let rows = crate::source::parquet::index_bytes(bytes).ok()?;
+    Some(rows.iter().filter(|r| r.is_ok()).count())
+}
+
 /// Parses `bytes` as a cache header and reads every record it claims, as the cache reader
 /// does. Returns the number of records that decoded.
 pub fn read_cache(bytes: &[u8]) -> usize {

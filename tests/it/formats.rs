@@ -655,3 +655,41 @@ fn a_folder_of_two_sets_or_two_kinds_is_refused_by_name() {
         "{e}"
     );
 }
+
+/// A parquet file the fuzz target found, whose page header lacks its data-page part: the
+/// `parquet` crate panics reading it. It must be an error naming the file (at open, or for
+/// its rows as skippable samples), never a panic out of the loader.
+#[test]
+fn a_parquet_file_the_parquet_crate_panics_on_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("damaged.parquet");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/regressions/parquet/page-header-without-data-page.parquet"),
+        &file,
+    )
+    .unwrap();
+    let errors: Vec<String> = match Source::from_parquet([&file]) {
+        Err(e) => vec![e.to_string()],
+        Ok(source) => {
+            let loader = Loader::builder(source)
+                .image_size(16)
+                .batch_size(2)
+                .on_error(OnError::SKIP_ALL)
+                .build()
+                .unwrap();
+            let batches: Vec<_> = loader.epoch(0).collect();
+            assert!(batches.iter().all(|b| b.is_ok()));
+            let skipped = loader.stats().skipped_samples;
+            assert!(!skipped.is_empty(), "no row was refused");
+            skipped
+                .iter()
+                .map(|(path, why)| format!("{}: {why}", path.display()))
+                .collect()
+        }
+    };
+    for e in &errors {
+        assert!(e.contains("damaged.parquet"), "{e}");
+        assert!(e.contains("parquet"), "{e}");
+    }
+}

@@ -40,6 +40,7 @@ use example::Wire;
 pub(crate) use example::{pick, walk, Fault, Problem, Slice};
 
 use crate::error::Error;
+use crate::source::place::{Located, Place};
 use crate::source::{Backing, FileIndex, Source};
 
 /// The feature keys and limits for TFRecord shards (see [`Source::from_tfrecords_with`]).
@@ -116,10 +117,9 @@ pub(crate) enum Compression {
 /// One indexed shard.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    pub(crate) path: PathBuf,
+    /// Where it is, its size and modification time.
+    pub(crate) file: Located,
     pub(crate) name: String,
-    pub(crate) size: u64,
-    pub(crate) mtime: u128,
     pub(crate) compression: Compression,
     /// Its samples are `first..first + count`.
     pub(crate) first: u32,
@@ -169,8 +169,8 @@ impl TfRecordIndex {
     pub(crate) fn stamp(&self, i: usize) -> (u64, u128) {
         let s = &self.shards[self.shard_of[i] as usize];
         (
-            s.size ^ self.offset[i].rotate_left(32) ^ self.len[i],
-            s.mtime,
+            s.file.size ^ self.offset[i].rotate_left(32) ^ self.len[i],
+            s.file.mtime,
         )
     }
 
@@ -214,12 +214,17 @@ pub(crate) fn is_tfrecord_name(name: &str) -> bool {
 /// The compression of a file whose first record's framing checks (plain, or inflated from
 /// GZIP or ZLIB); `None` for a file that does not start with a TFRecord frame (or is empty).
 pub(crate) fn sniff(path: &Path) -> Option<Compression> {
-    let meta = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
-    if meta.len() < 12 {
-        return None;
-    }
-    let mut head = [0u8; 12];
-    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let file = Located::local(path, "a TFRecord file").ok()?;
+    sniff_head(&file.head(SNIFF_BYTES).ok()?)
+}
+
+/// The bytes of a file's start that [`sniff_head`] reads.
+pub(crate) const SNIFF_BYTES: u64 = 4096;
+
+/// The compression of a file whose first bytes (`SNIFF_BYTES` of them, or the whole file)
+/// are `bytes`, if its first record's framing checks.
+pub(crate) fn sniff_head(bytes: &[u8]) -> Option<Compression> {
+    let head: [u8; 12] = bytes.get(..12)?.try_into().ok()?;
     if frame_checks(&head) {
         return Some(Compression::None);
     }
@@ -231,26 +236,28 @@ pub(crate) fn sniff(path: &Path) -> Option<Compression> {
         return None;
     };
     let mut inflated = [0u8; 12];
-    let file = std::fs::File::open(path).ok()?;
-    open_stream(file, kind).read_exact(&mut inflated).ok()?;
+    open_stream(Box::new(std::io::Cursor::new(bytes.to_vec())), kind)
+        .read_exact(&mut inflated)
+        .ok()?;
     frame_checks(&inflated).then_some(kind)
 }
 
 /// The compression of a file that is a TFRecord by its name: what its first bytes say
 /// (an empty file is a shard of no records).
-fn compression_by_magic(path: &Path) -> Result<Compression, Error> {
-    let mut head = [0u8; 2];
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let n = f.read(&mut head).map_err(|e| Error::io(path, e))?;
-    Ok(match sniff(path) {
+fn compression_by_magic(file: &Located) -> Result<Compression, Error> {
+    let head = file.head(SNIFF_BYTES)?;
+    Ok(match sniff_head(&head) {
         Some(c) => c,
-        None if n == 2 && head == [0x1f, 0x8b] => Compression::Gzip,
+        None if head.starts_with(&[0x1f, 0x8b]) => Compression::Gzip,
         None => Compression::None,
     })
 }
 
 /// A stream of a shard's (inflated) bytes from its start.
-pub(crate) fn open_stream(file: std::fs::File, kind: Compression) -> Box<dyn BufRead + Send> {
+pub(crate) fn open_stream(
+    file: Box<dyn Read + Send>,
+    kind: Compression,
+) -> Box<dyn BufRead + Send> {
     match kind {
         Compression::None => Box::new(BufReader::with_capacity(256 << 10, file)),
         // Several members, as `cat a.gz b.gz` makes, read as one stream (gzip's rule).
@@ -374,28 +381,38 @@ struct Found {
 
 /// Indexes one shard's records.
 fn index_shard(
-    path: &Path,
-    name: &str,
-    size: u64,
-    kind: Compression,
+    shard: &Shard,
     image_keys: &[String],
     label_keys: &[String],
 ) -> Result<Vec<Found>, Error> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let w = match kind {
+    let (file, path) = (&shard.file, &shard.file.path);
+    let w = match (&file.place, shard.compression) {
         // Small reads: a record's features are a few hundred bytes around its image.
-        Compression::None => Walker {
+        (Place::Local(p), Compression::None) => Walker {
             reader: Box::new(std::io::empty()),
-            file: Some(Box::new(BufReader::with_capacity(8 << 10, file))),
+            file: Some(Box::new(BufReader::with_capacity(
+                8 << 10,
+                std::fs::File::open(p).map_err(|e| Error::io(p, e))?,
+            ))),
             pos: 0,
         },
+        // A compressed shard, or an object: one stream of the whole (seeking over each image
+        // in an object would cost a request a record, more than the image's bytes).
         _ => Walker {
-            reader: open_stream(file, kind),
+            reader: open_stream(file.open(0, file.size)?, shard.compression),
             file: None,
             pos: 0,
         },
     };
-    walk_shard(w, path, name, size, kind, image_keys, label_keys)
+    walk_shard(
+        w,
+        path,
+        &shard.name,
+        file.size,
+        shard.compression,
+        image_keys,
+        label_keys,
+    )
 }
 
 /// Indexes the records `w` reads (a shard of `size` bytes, as stored).
@@ -508,41 +525,36 @@ pub(crate) fn index_local(paths: &[PathBuf], options: &TfRecordOptions) -> Resul
         return Err(Error::source(&origin, "no TFRecord files"));
     }
     let base = common_parent(&files);
-    let mut shards = Vec::with_capacity(files.len());
-    for p in &files {
-        let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
-        if !meta.is_file() {
-            return Err(Error::io(
-                p,
-                std::io::Error::other("is not a regular file (expected a TFRecord file)"),
-            ));
-        }
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        shards.push(Shard {
-            path: p.clone(),
-            name: p.to_string_lossy().into_owned(),
-            size: meta.len(),
-            mtime,
-            compression: compression_by_magic(p)?,
+    let files = files
+        .iter()
+        .map(|p| Located::local(p, "a TFRecord file"))
+        .collect::<Result<Vec<_>, _>>()?;
+    index_files(files, origin, base, options)
+}
+
+/// Indexes TFRecord shards, local or objects, into a source; `origin` names the dataset in
+/// messages, and the samples' names are relative to `base`.
+pub(crate) fn index_files(
+    files: Vec<Located>,
+    origin: PathBuf,
+    base: PathBuf,
+    options: &TfRecordOptions,
+) -> Result<Source, Error> {
+    let compressions = in_parallel(files.len(), |k| compression_by_magic(&files[k]))?;
+    let mut shards: Vec<Shard> = files
+        .into_iter()
+        .zip(compressions)
+        .map(|(file, compression)| Shard {
+            name: file.path.to_string_lossy().into_owned(),
+            file,
+            compression,
             first: 0,
             count: 0,
-        });
-    }
+        })
+        .collect();
     let (image_keys, label_keys) = options.keys();
     let found = in_parallel(shards.len(), |k| {
-        let s = &shards[k];
-        index_shard(
-            &s.path,
-            &s.name,
-            s.size,
-            s.compression,
-            &image_keys,
-            &label_keys,
-        )
+        index_shard(&shards[k], &image_keys, &label_keys)
     })?;
     let mut index = FileIndex::with_origin(origin.clone(), base.clone());
     let (mut shard_of, mut offset, mut len) = (Vec::new(), Vec::new(), Vec::new());
@@ -552,7 +564,7 @@ pub(crate) fn index_local(paths: &[PathBuf], options: &TfRecordOptions) -> Resul
     for (k, records) in found.into_iter().enumerate() {
         shards[k].first = u32::try_from(shard_of.len())
             .map_err(|_| Error::source(&origin, "more than 2^32-1 records"))?;
-        let rel = relative(&shards[k].path, &base);
+        let rel = relative(&shards[k].file.path, &base);
         for (n, f) in records.into_iter().enumerate() {
             let i = u32::try_from(shard_of.len())
                 .ok()
@@ -663,6 +675,10 @@ pub(crate) fn in_parallel<T: Send>(
     n: usize,
     one: impl Fn(usize) -> Result<T, Error> + Sync,
 ) -> Result<Vec<T>, Error> {
+    if n == 1 {
+        // One file: on the caller's thread.
+        return Ok(vec![one(0)?]);
+    }
     type Slot<T> = Mutex<Option<Result<T, Error>>>;
     let results: Vec<Slot<T>> = (0..n).map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);

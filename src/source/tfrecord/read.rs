@@ -1,7 +1,7 @@
 //! Reading records during an epoch: a forward-only cursor over shards that checks each
 //! record's framing and CRCs and hands its image's bytes on.
 
-use std::io::{BufRead, Read, Seek, SeekFrom};
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 use super::{
@@ -156,15 +156,14 @@ impl Cursor {
         });
         if !reusable {
             self.current = None;
-            let mut file = std::fs::File::open(&s.path).map_err(|e| Error::io(&s.path, e))?;
-            // A plain shard seeks to the record; a compressed one is inflated from its start.
+            // A plain shard is read from the record on; a compressed one is inflated from its
+            // start.
             let start = if s.compression == Compression::None {
-                file.seek(SeekFrom::Start(offset))
-                    .map_err(|e| Error::io(&s.path, e))?;
                 offset
             } else {
                 0
             };
+            let file = s.file.open(start, s.file.size)?;
             self.current = Some(Open {
                 shard,
                 reader: open_stream(file, s.compression),
