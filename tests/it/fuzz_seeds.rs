@@ -76,3 +76,24 @@ fn the_list_tar_and_cache_seeds_are_inputs_this_build_reads() {
         assert!(records > 0, "{}: no record read", path.display());
     }
 }
+
+#[test]
+fn the_tfrecord_and_parquet_seeds_and_findings_are_answers_not_panics() {
+    for (path, bytes) in inputs(&["seeds"], "tfrecord") {
+        let n = imagefeed::tools::fuzz::index_tfrecord(&bytes);
+        assert!(n.is_some_and(|n| n > 0), "{}: {n:?}", path.display());
+    }
+    // A record whose bytes value's length lies past its list, between two good ones: the bad
+    // record is a bad sample, and the shard's other records stay.
+    let found = inputs(&["regressions"], "tfrecord");
+    assert!(!found.is_empty());
+    for (path, bytes) in found {
+        let n = imagefeed::tools::fuzz::index_tfrecord(&bytes);
+        assert_eq!(n, Some(2), "{}", path.display());
+    }
+    #[cfg(feature = "parquet")]
+    for (path, bytes) in inputs(&["seeds", "regressions"], "parquet") {
+        eprintln!("{}", path.display());
+        let _ = imagefeed::tools::fuzz::index_parquet(&bytes);
+    }
+}

@@ -132,7 +132,7 @@ pub(crate) fn walk(w: &mut dyn Wire, len: u64, keys: &[&str]) -> Result<Walked, 
     let start = w.pos();
     let end = start + len;
     while w.pos() < end {
-        let (field, wt) = tag(w)?;
+        let (field, wt) = tag(w, end)?;
         if field == 1 {
             want(wt, 2, "Example.features")?;
             let sub = sub_end(w, end)?;
@@ -152,7 +152,7 @@ fn features(
     key: &mut Vec<u8>,
 ) -> Result<(), Fault> {
     while w.pos() < end {
-        let (field, wt) = tag(w)?;
+        let (field, wt) = tag(w, end)?;
         if field != 1 {
             skip_field(w, field, wt, end, 0)?;
             continue;
@@ -166,14 +166,11 @@ fn features(
             ..Value::default()
         };
         while w.pos() < entry_end {
-            let (f, wt) = tag(w)?;
+            let (f, wt) = tag(w, entry_end)?;
             match f {
                 1 => {
                     want(wt, 2, "a feature's key")?;
-                    let n = varint(w)?;
-                    if n > entry_end - w.pos() {
-                        return bad("a length runs past its message");
-                    }
+                    let n = length(w, entry_end)?;
                     if n > MAX_KEY_BYTES {
                         // Not one looked for; still text, as protobuf requires (not checked).
                         w.skip(n)?;
@@ -213,7 +210,7 @@ fn features(
 
 fn feature(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
     while w.pos() < end {
-        let (field, wt) = tag(w)?;
+        let (field, wt) = tag(w, end)?;
         if !(1..=3).contains(&field) {
             skip_field(w, field, wt, end, 0)?;
             continue;
@@ -236,17 +233,14 @@ fn feature(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
 
 fn list(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
     while w.pos() < end {
-        let (field, wt) = tag(w)?;
+        let (field, wt) = tag(w, end)?;
         if field != 1 {
             skip_field(w, field, wt, end, 0)?;
             continue;
         }
         match (value.kind, wt) {
             (1, 2) => {
-                let n = varint(w)?;
-                if n > end - w.pos() {
-                    return bad("a length runs past its message");
-                }
+                let n = length(w, end)?;
                 if value.count == 0 {
                     value.first_bytes = Some((w.pos(), n));
                 }
@@ -254,17 +248,14 @@ fn list(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
                 w.skip(n)?;
             }
             (2, 5) => {
-                if end - w.pos() < 4 {
+                if end.saturating_sub(w.pos()) < 4 {
                     return bad("a length runs past its message");
                 }
                 w.skip(4)?;
                 value.count += 1;
             }
             (2, 2) => {
-                let n = varint(w)?;
-                if n > end - w.pos() {
-                    return bad("a length runs past its message");
-                }
+                let n = length(w, end)?;
                 if n % 4 != 0 {
                     return bad("packed floats of a length not a multiple of 4");
                 }
@@ -272,20 +263,17 @@ fn list(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
                 value.count += n / 4;
             }
             (3, 0) => {
-                let v = varint(w)? as i64;
+                let v = number(w, end)? as i64;
                 if value.count == 0 {
                     value.first_int = Some(v);
                 }
                 value.count += 1;
             }
             (3, 2) => {
-                let n = varint(w)?;
-                if n > end - w.pos() {
-                    return bad("a length runs past its message");
-                }
+                let n = length(w, end)?;
                 let packed_end = w.pos() + n;
                 while w.pos() < packed_end {
-                    let v = varint(w)? as i64;
+                    let v = number(w, packed_end)? as i64;
                     if value.count == 0 {
                         value.first_int = Some(v);
                     }
@@ -301,9 +289,12 @@ fn list(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
     Ok(())
 }
 
-/// A field's tag: (field number, wire type).
-fn tag(w: &mut dyn Wire) -> Result<(u64, u8), Fault> {
+/// Reads a field's tag, (field number, wire type), which must end by `end`.
+fn tag(w: &mut dyn Wire, end: u64) -> Result<(u64, u8), Fault> {
     let t = varint(w)?;
+    if w.pos() > end {
+        return bad("a tag runs past its message");
+    }
     if t > u64::from(u32::MAX) {
         return bad("a tag over 32 bits");
     }
@@ -324,11 +315,27 @@ fn want(wt: u8, expected: u8, what: &str) -> Result<(), Fault> {
 
 /// Reads a length and returns where the message it starts ends, within `end`.
 fn sub_end(w: &mut dyn Wire, end: u64) -> Result<u64, Fault> {
+    let n = length(w, end)?;
+    Ok(w.pos() + n)
+}
+
+/// Reads a length-delimited field's length; the length and the bytes it counts must end by
+/// `end`.
+fn length(w: &mut dyn Wire, end: u64) -> Result<u64, Fault> {
     let n = varint(w)?;
-    if n > end.saturating_sub(w.pos()) {
+    if w.pos() > end || n > end - w.pos() {
         return bad("a length runs past its message");
     }
-    Ok(w.pos() + n)
+    Ok(n)
+}
+
+/// Reads a varint value, which must end by `end`.
+fn number(w: &mut dyn Wire, end: u64) -> Result<u64, Fault> {
+    let v = varint(w)?;
+    if w.pos() > end {
+        return bad("a number runs past its message");
+    }
+    Ok(v)
 }
 
 pub(crate) fn varint(w: &mut dyn Wire) -> Result<u64, Fault> {
@@ -351,7 +358,7 @@ fn skip_field(w: &mut dyn Wire, field: u64, wt: u8, end: u64, depth: u32) -> Res
     let room = end.saturating_sub(w.pos());
     match wt {
         0 => {
-            varint(w)?;
+            number(w, end)?;
         }
         1 | 5 => {
             let n = if wt == 1 { 8 } else { 4 };
@@ -361,10 +368,7 @@ fn skip_field(w: &mut dyn Wire, field: u64, wt: u8, end: u64, depth: u32) -> Res
             w.skip(n)?;
         }
         2 => {
-            let n = varint(w)?;
-            if n > end.saturating_sub(w.pos()) {
-                return bad("a length runs past its message");
-            }
+            let n = length(w, end)?;
             w.skip(n)?;
         }
         3 => {
@@ -375,7 +379,7 @@ fn skip_field(w: &mut dyn Wire, field: u64, wt: u8, end: u64, depth: u32) -> Res
                 if w.pos() >= end {
                     return bad("a group without its end");
                 }
-                let (f, t) = tag(w)?;
+                let (f, t) = tag(w, end)?;
                 if t == 4 {
                     if f != field {
                         return bad("a group ended by another field's end");
@@ -570,5 +574,56 @@ pub(crate) mod tests {
         let mut huge = vec![0x0A];
         put_varint(&mut huge, 1 << 60);
         assert!(parse(&huge).unwrap_err().contains("past its message"));
+    }
+
+    #[test]
+    fn a_value_that_runs_out_of_its_list_into_the_next_bytes_is_refused() {
+        // A BytesList one byte long, holding only a value's tag; the value's length is the
+        // next byte of the Feature, outside the list.
+        let mut feature = Vec::new();
+        put_len(&mut feature, 1, &[0x0A]);
+        feature.extend_from_slice(&[0x03, b'a', b'b', b'c']);
+        let mut entry = Vec::new();
+        put_len(&mut entry, 1, b"image");
+        put_len(&mut entry, 2, &feature);
+        let mut map = Vec::new();
+        put_len(&mut map, 1, &entry);
+        let mut ex = Vec::new();
+        put_len(&mut ex, 1, &map);
+        let e = parse(&ex).unwrap_err();
+        assert!(e.contains("past its message"), "{e}");
+        // The same for an int64 and a field skipped.
+        for list in [&[0x08][..], &[0x10][..]] {
+            let mut feature = Vec::new();
+            put_len(&mut feature, 3, list);
+            feature.extend_from_slice(&[0x85, 0x01]);
+            let mut entry = Vec::new();
+            put_len(&mut entry, 1, b"label");
+            put_len(&mut entry, 2, &feature);
+            let mut map = Vec::new();
+            put_len(&mut map, 1, &entry);
+            let mut ex = Vec::new();
+            put_len(&mut ex, 1, &map);
+            let e = parse(&ex).unwrap_err();
+            assert!(e.contains("past its message"), "{e}");
+        }
+    }
+
+    #[test]
+    fn every_one_byte_change_of_an_example_is_an_answer_not_a_panic() {
+        let ex = example(&[
+            ("image/format", Ok(b"JPEG")),
+            ("image/class/label", Err(300)),
+            ("image/encoded", Ok(b"\xff\xd8\xffxyz")),
+        ]);
+        for at in 0..ex.len() {
+            for b in 0..=255u8 {
+                let mut changed = ex.clone();
+                changed[at] = b;
+                let _ = parse(&changed);
+                changed.remove(at);
+                let _ = parse(&changed);
+            }
+        }
     }
 }

@@ -719,24 +719,52 @@ pub(crate) type RecordRead = Result<(usize, u32), Error>;
 #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // the fuzz target's
 pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<RecordRead>, Error> {
     let (image_keys, label_keys) = TfRecordOptions::default().keys();
+    let name = "fuzz.tfrecord";
+    let kind = sniff_head(&bytes[..bytes.len().min(SNIFF_BYTES as usize)]);
+    if let Some(kind @ (Compression::Gzip | Compression::Zlib)) = kind {
+        // A compressed shard: walked as a stream, as opening one does; then its inflated
+        // bytes (at most 64 MiB of them) as a plain shard, so that the epoch's reads are
+        // checked against the index too.
+        let stream = || open_stream(Box::new(std::io::Cursor::new(bytes.to_vec())), kind);
+        let w = Walker {
+            reader: stream(),
+            file: None,
+            pos: 0,
+        };
+        let (path, size) = (Path::new(name), u64::MAX);
+        let _ = walk_shard(w, path, name, size, kind, &image_keys, &label_keys);
+        let mut inflated = Vec::new();
+        let _ = stream().take(64 << 20).read_to_end(&mut inflated);
+        return index_plain(&inflated, &image_keys, &label_keys);
+    }
+    index_plain(bytes, &image_keys, &label_keys)
+}
+
+/// [`index_bytes`] of a plain (inflated) shard.
+#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // the fuzz target's
+fn index_plain(
+    bytes: &[u8],
+    image_keys: &[String],
+    label_keys: &[String],
+) -> Result<Vec<RecordRead>, Error> {
+    let name = "fuzz.tfrecord";
     let w = Walker {
         reader: Box::new(std::io::empty()),
         file: Some(Box::new(std::io::Cursor::new(bytes.to_vec()))),
         pos: 0,
     };
-    let name = "fuzz.tfrecord";
     let found = walk_shard(
         w,
         Path::new(name),
         name,
         bytes.len() as u64,
         Compression::None,
-        &image_keys,
-        &label_keys,
+        image_keys,
+        label_keys,
     )?;
     let keys: Vec<&str> = image_keys
         .iter()
-        .chain(&label_keys)
+        .chain(label_keys)
         .map(String::as_str)
         .collect();
     let mut out = Vec::new();
