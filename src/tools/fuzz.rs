@@ -108,6 +108,48 @@ pub fn index_tfrecord(bytes: &[u8]) -> Option<usize> {
     Some(records.iter().filter(|r| r.is_ok()).count())
 }
 
+/// One feature of a `tf.train.Example` as the TFRecord walker finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExampleFeature {
+    /// The list the feature holds: 1 bytes, 2 float, 3 int64; 0 when it holds none.
+    pub kind: u8,
+    /// How many values the list holds.
+    pub count: u64,
+    /// The first value of a bytes list.
+    pub first_bytes: Option<Vec<u8>>,
+    /// The first value of an int64 list.
+    pub first_int: Option<i64>,
+}
+
+/// Walks `payload` as one `tf.train.Example`, as reading a record does, for the features named
+/// `keys`: for each, what it holds, or `None` where the example has no such key. `Err` (the
+/// reason) for a payload that is not a well-formed `Example`. The `tfrecord` fuzz target and
+/// a test compare this with prost's decoding of the same bytes.
+pub fn walk_example(payload: &[u8], keys: &[&str]) -> Result<Vec<Option<ExampleFeature>>, String> {
+    use crate::source::tfrecord::example::{walk, Fault, Slice};
+    let mut w = Slice {
+        bytes: payload,
+        at: 0,
+    };
+    let walked = walk(&mut w, payload.len() as u64, keys).map_err(|e| match e {
+        Fault::Bad(why) => why,
+        Fault::Io(e) => e.to_string(),
+    })?;
+    let slice = |(at, len): (u64, u64)| payload[at as usize..(at + len) as usize].to_vec();
+    Ok(walked
+        .values
+        .iter()
+        .map(|v| {
+            v.present.then(|| ExampleFeature {
+                kind: v.kind,
+                count: v.count,
+                first_bytes: v.first_bytes.map(slice),
+                first_int: v.first_int,
+            })
+        })
+        .collect())
+}
+
 /// Indexes `bytes` as a parquet file in the `datasets` layout, as opening one does (footer,
 /// schema, codecs, every label), then reads every row's image as an epoch does. Returns the
 /// number of rows read, or `None` for a file refused at open.

@@ -116,7 +116,8 @@ fn a_webp_over_max_pixels_is_refused_from_its_header() {
 
 // ---- TFRecord files written here ----
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
+/// Protobuf's varint (also tests/it/prost_example.rs's).
+pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -124,7 +125,8 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn field(out: &mut Vec<u8>, n: u64, body: &[u8]) {
+/// A length-delimited protobuf field.
+pub(crate) fn field(out: &mut Vec<u8>, n: u64, body: &[u8]) {
     varint(out, n << 3 | 2);
     varint(out, body.len() as u64);
     out.extend_from_slice(body);

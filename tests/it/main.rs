@@ -15,6 +15,7 @@ mod errors;
 mod formats;
 mod fuzz_seeds;
 mod pipeline;
+mod prost_example;
 mod shard;
 mod shutdown;
 mod staging;

@@ -27,7 +27,7 @@
 //! still is what was indexed (its length and label); a length field is compared with the file
 //! before anything is allocated for it.
 
-mod example;
+pub(crate) mod example;
 mod read;
 
 use std::collections::HashMap;
