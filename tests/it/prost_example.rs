@@ -30,6 +30,7 @@ pub(crate) struct Feature {
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]
+#[allow(clippy::enum_variant_names)] // tensorflow/core/example/feature.proto's names
 pub(crate) enum Kind {
     #[prost(message, tag = "1")]
     BytesList(BytesList),
