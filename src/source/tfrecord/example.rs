@@ -576,6 +576,18 @@ pub(crate) mod tests {
         assert!(parse(&huge).unwrap_err().contains("past its message"));
     }
 
+    /// An `Example` of one feature, `key`, whose message is `feature`.
+    fn example_of(key: &str, feature: &[u8]) -> Vec<u8> {
+        let mut entry = Vec::new();
+        put_len(&mut entry, 1, key.as_bytes());
+        put_len(&mut entry, 2, feature);
+        let mut map = Vec::new();
+        put_len(&mut map, 1, &entry);
+        let mut ex = Vec::new();
+        put_len(&mut ex, 1, &map);
+        ex
+    }
+
     #[test]
     fn a_value_that_runs_out_of_its_list_into_the_next_bytes_is_refused() {
         // A BytesList one byte long, holding only a value's tag; the value's length is the
@@ -583,28 +595,14 @@ pub(crate) mod tests {
         let mut feature = Vec::new();
         put_len(&mut feature, 1, &[0x0A]);
         feature.extend_from_slice(&[0x03, b'a', b'b', b'c']);
-        let mut entry = Vec::new();
-        put_len(&mut entry, 1, b"image");
-        put_len(&mut entry, 2, &feature);
-        let mut map = Vec::new();
-        put_len(&mut map, 1, &entry);
-        let mut ex = Vec::new();
-        put_len(&mut ex, 1, &map);
-        let e = parse(&ex).unwrap_err();
+        let e = parse(&example_of("image", &feature)).unwrap_err();
         assert!(e.contains("past its message"), "{e}");
         // The same for an int64 and a field skipped.
         for list in [&[0x08][..], &[0x10][..]] {
             let mut feature = Vec::new();
             put_len(&mut feature, 3, list);
             feature.extend_from_slice(&[0x85, 0x01]);
-            let mut entry = Vec::new();
-            put_len(&mut entry, 1, b"label");
-            put_len(&mut entry, 2, &feature);
-            let mut map = Vec::new();
-            put_len(&mut map, 1, &entry);
-            let mut ex = Vec::new();
-            put_len(&mut ex, 1, &map);
-            let e = parse(&ex).unwrap_err();
+            let e = parse(&example_of("label", &feature)).unwrap_err();
             assert!(e.contains("past its message"), "{e}");
         }
     }
