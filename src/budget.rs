@@ -28,17 +28,16 @@ use crate::source::Source;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemoryBudget {
-    /// The source index (paths and labels), the epoch's order (and a sharded rank's share of
-    /// it), with a strict cropping transform the digests of the files read to their end (4 bytes
+    /// The source index (paths and labels), with a strict cropping transform the digests of the files read to their end (4 bytes
     /// a sample; see [`accept_jpeg_warnings`](crate::LoaderBuilder::accept_jpeg_warnings)), and
     /// with a cache that fills, a bit a sample of which records are present.
     pub index_bytes: u64,
     /// `u8` samples in flight between decode and batcher: the reorder window and one batch's
     /// samples waiting to be normalized.
     pub in_flight_bytes: u64,
-    /// The shuffle buffer: `shuffle_buffer` × one `u8` sample for a source read in order (tar
-    /// shards); for random-access sources, which shuffle indices before decoding, 4 bytes an
-    /// index and never more indices than the source has.
+    /// The shuffle: each epoch's order is computed position by position and holds no sample;
+    /// a source read as streams (tar, TFRecord, parquet) keeps a table of its streams, 32
+    /// bytes each. Nothing for a source read at random.
     pub shuffle_buffer_bytes: u64,
     /// Decode threads × each one's share: what one decode may hold outside the large-decode
     /// gate (its file, pixels and the decoder's own allocations: at least 12 MiB, more for a
@@ -127,19 +126,20 @@ impl MemoryBudget {
                 .min(fetch_bound),
             None => fetch_bound,
         };
+        // The epoch's order is computed per position: a source read as streams holds a table
+        // of its streams (16 bytes each, twice while the next epoch's is made), nothing per
+        // sample.
+        let order = source
+            .backing
+            .streams()
+            .map_or(0, |s| (s.len() as u64 + 1).saturating_mul(32));
         MemoryBudget {
-            // The source's index, the epoch's permutation, and with a strict cropping
-            // transform the digests of the files read to their end (decode/verified.rs).
-            index_bytes: (source.heap_bytes() + n * 4)
+            // The source's index, and with a strict cropping transform the digests of the
+            // files read to their end (decode/verified.rs).
+            index_bytes: source
+                .heap_bytes()
                 .saturating_add(if cfg.verifies_crops() {
                     crate::decode::VerifiedFiles::bytes(n)
-                } else {
-                    0
-                })
-                // A rank's plan is its share, taken from the epoch's whole order while both
-                // are held.
-                .saturating_add(if cfg.shard.world_size > 1 {
-                    crate::pipeline::plan_len(cfg, source.len()) as u64 * 4
                 } else {
                     0
                 })
@@ -150,7 +150,7 @@ impl MemoryBudget {
                 .saturating_add(cfg.output.batch_size as u64)
                 .saturating_add(2))
             .saturating_mul(sample),
-            shuffle_buffer_bytes: cfg.shuffle.bytes(sample, n),
+            shuffle_buffer_bytes: order,
             decode_scratch_bytes: threads.saturating_mul(crate::decode::thread_bytes(
                 share,
                 sample,

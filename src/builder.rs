@@ -51,8 +51,7 @@ impl Loader {
 impl LoaderBuilder {
     pub(crate) fn new(source: Source) -> Self {
         let mut cfg = Config::default();
-        cfg.shuffle.sequential_source = source.backing.streams().is_some();
-        cfg.shuffle.source_len = source.len();
+        cfg.shuffle.streamed = source.backing.streams().is_some();
         LoaderBuilder { source, cfg }
     }
 
@@ -144,23 +143,34 @@ impl LoaderBuilder {
         self
     }
 
-    /// Visit samples in a new seeded permutation every epoch (default `true`; a perfect
-    /// shuffle costing 4 bytes a sample). `false` keeps the source's order.
+    /// Visit samples in a new seeded order every epoch (default `true`). `false` keeps the
+    /// source's order (see [`shuffle_buffer`](Self::shuffle_buffer) for a local mix of it).
+    ///
+    /// A source read at random (files, class folders, objects) is visited in a pseudo-random
+    /// permutation of all its samples; a source read as streams (tar shards, TFRecord files,
+    /// parquet row groups) has its streams in a seeded order and its samples mixed within
+    /// blocks of [`shuffle_buffer`](Self::shuffle_buffer) samples. Either order is computed
+    /// position by position: it costs no memory per sample, and a resume from any position is
+    /// exact (docs/CONTRACT.md).
     pub fn shuffle(mut self, on: bool) -> Self {
         self.cfg.shuffle.enabled = on;
         self
     }
 
-    /// A tf.data-style bounded shuffle buffer of `n` samples (default 0, off: the permutation
-    /// already is a perfect shuffle).
+    /// Samples mixed at once, as tf.data's `shuffle(n)` mixes `n` (default: 4,096 for a source
+    /// read as streams, and nothing more for one read at random, whose permutation already
+    /// mixes everything). The order is cut in consecutive blocks of `n` samples and each block
+    /// is permuted. Memory: none per sample (the order is computed); a block's shards are read
+    /// at random within them.
     ///
-    /// For sources read by random access (files, objects) the buffer shuffles sample indices
-    /// before decoding, as tf.data's `shuffle(n)` placed before `map(decode)` shuffles file
-    /// names: the same orders, 4 bytes a slot, and resumable. For tar shards, which are read in
-    /// order, it holds decoded `u8` samples after decoding, mixing samples across shards:
-    /// memory `n` × one sample (76.8 kB at 160 × 160), counted in the memory budget.
+    /// - A source read as streams (tar shards, TFRecord, parquet): the block mixes the
+    ///   samples of the shards it spans (about `n / samples a shard` of them). `0` or `1` keeps
+    ///   each shard's samples in their order (the shards are still shuffled): the loader logs
+    ///   that, since a class-sorted shard then gives single-class batches.
+    /// - A source read at random with [`shuffle(false)`](Self::shuffle): the source's order,
+    ///   mixed within blocks of `n`. With `shuffle(true)` the setting changes nothing.
     pub fn shuffle_buffer(mut self, n: usize) -> Self {
-        self.cfg.shuffle.buffer = n;
+        self.cfg.shuffle.buffer = Some(n);
         self
     }
 
@@ -437,6 +447,21 @@ impl LoaderBuilder {
     pub fn build(self) -> Result<Loader, Error> {
         let cfg = &self.cfg;
         cfg.validate(self.source.len())?;
+        if cfg.shuffle.streamed && cfg.shuffle.block() <= 1 {
+            log::info!(
+                "the samples of each {} are delivered in their stored order ({}): a shard sorted by class gives batches of one class; shuffle_buffer(n) mixes n samples at a time",
+                match self.source.kind() {
+                    crate::SourceKind::Parquet => "parquet row group",
+                    crate::SourceKind::TfRecord => "TFRecord file",
+                    _ => "tar shard",
+                },
+                if cfg.shuffle.enabled {
+                    "shuffle_buffer(0 or 1); the shards themselves are shuffled"
+                } else {
+                    "shuffle(false)"
+                }
+            );
+        }
         let budget = MemoryBudget::compute(cfg, &self.source);
         // Without a limit of the user's, the machine's (or container's) memory is the limit:
         // settings that could never fit fail here, not in the out-of-memory killer.
@@ -492,7 +517,6 @@ fn what_to_lower(b: &MemoryBudget) -> &'static str {
             b.batch_bytes,
             "lower batch_size or prefetch, or use a smaller dtype (f16, bf16, u8)",
         ),
-        (b.shuffle_buffer_bytes, "lower shuffle_buffer"),
         (b.decode_scratch_bytes, "lower decode_threads"),
         (b.in_flight_bytes, "lower decode_threads"),
         (b.index_bytes, "split the dataset into shards"),
@@ -595,12 +619,6 @@ mod tests {
                 .dtype(crate::Dtype::F16)
         })
         .unwrap();
-        // A tar shard source's sample shuffle buffer is sized by the source, not the setting.
-        let mut cfg = Config::default();
-        cfg.shuffle.buffer = usize::MAX;
-        cfg.shuffle.sequential_source = true;
-        cfg.shuffle.source_len = 10;
-        assert_eq!(cfg.shuffle.sample_buffer(), 11);
     }
 
     #[test]
@@ -608,15 +626,14 @@ mod tests {
         // 240191980126427 samples x 76,800 bytes wrapped to 41,984 bytes and passed the
         // memory check; the tar loader then asked for 7.7 PB.
         let mut cfg = Config::default();
-        cfg.shuffle.buffer = 240_191_980_126_427;
-        cfg.shuffle.sequential_source = true;
+        cfg.output.batch_size = 240_191_980_126_427;
         let b = MemoryBudget::compute(&cfg, &source());
-        assert_eq!((b.shuffle_buffer_bytes, b.total()), (u64::MAX, u64::MAX));
-        // Over a random-access source the buffer holds at most the source's indices.
-        cfg.shuffle.sequential_source = false;
-        cfg.shuffle.buffer = usize::MAX;
+        assert_eq!(b.total(), u64::MAX);
+        // A shuffle block of any size holds no sample.
+        let mut cfg = Config::default();
+        cfg.shuffle.buffer = Some(usize::MAX);
         let b = MemoryBudget::compute(&cfg, &source());
-        assert_eq!(b.shuffle_buffer_bytes, 2 * 4);
+        assert_eq!(b.shuffle_buffer_bytes, 0);
         assert!(b.total() < u64::MAX);
     }
 
@@ -652,19 +669,8 @@ mod tests {
         let more = LoaderBuilder::new(source())
             .shuffle_buffer(1000)
             .memory_budget();
-        // Files: the buffer shuffles indices before decoding, no sample is held (at most the
-        // source's two indices).
-        assert_eq!(more.shuffle_buffer_bytes, base.shuffle_buffer_bytes + 2 * 4);
-        let mut cfg = Config::default();
-        cfg.shuffle.buffer = 1000;
-        cfg.shuffle.sequential_source = true;
-        let shards = MemoryBudget::compute(&cfg, &source());
-        cfg.shuffle.buffer = 0;
-        let none = MemoryBudget::compute(&cfg, &source());
-        assert_eq!(
-            shards.shuffle_buffer_bytes - none.shuffle_buffer_bytes,
-            1000 * 76_800
-        );
+        // The shuffle is computed: no sample is held, whatever the block.
+        assert_eq!(more.shuffle_buffer_bytes, base.shuffle_buffer_bytes);
         let half = LoaderBuilder::new(source())
             .dtype(Dtype::F16)
             .memory_budget();

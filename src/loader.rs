@@ -126,6 +126,13 @@ impl Loader {
                 "the state is for rank {} of {}, which no loader can be",
                 state.rank, state.world_size
             ))
+        } else if state.prior_world_size > 0 {
+            Some(
+                "the state was saved by an earlier imagefeed that resumed tar shards at another \
+                 world size in blocks; this one cannot continue that epoch: start the next \
+                 epoch instead"
+                    .into(),
+            )
         } else if state.source != 0 && state.source != source {
             Some(
                 "the state was saved by a run over another source (another list of paths or \
@@ -136,33 +143,24 @@ impl Loader {
         } else if state.settings != 0 && state.settings != settings {
             Some(
                 "the state was saved with other settings that order the epoch (shuffle, \
-                 shuffle_buffer or shard_padding): resuming it here would repeat and skip \
-                 samples; resume with the settings that saved it"
+                 shuffle_buffer or shard_padding), or by an imagefeed that ordered epochs \
+                 otherwise: resuming it here would repeat and skip samples; resume with the \
+                 settings that saved it, or start the next epoch"
                     .into(),
             )
         } else if state.world_size != cfg.shard.world_size {
-            match crate::pipeline::resplit(
-                cfg,
-                &self.source,
-                split,
+            resumed =
+                crate::pipeline::resplit(&self.source, split, state.world_size, state.position);
+            position = Some(0);
+            log::info!(
+                "resuming epoch {} saved by {} ranks at position {} on {} ranks: {} samples no rank has delivered",
+                state.epoch,
                 state.world_size,
                 state.position,
-            ) {
-                Ok(s) => {
-                    resumed = s;
-                    position = Some(0);
-                    log::info!(
-                        "resuming epoch {} saved by {} ranks at position {} on {} ranks: {} samples no rank has delivered",
-                        state.epoch,
-                        state.world_size,
-                        state.position,
-                        cfg.shard.world_size,
-                        crate::pipeline::split_len(&self.source, s)
-                    );
-                    None
-                }
-                Err(why) => Some(why),
-            }
+                cfg.shard.world_size,
+                crate::pipeline::split_len(&self.source, resumed)
+            );
+            None
         } else {
             None
         };
@@ -189,16 +187,7 @@ impl Loader {
             let mut h = xxhash_rust::xxh3::Xxh3::new();
             self.source.fingerprint(&mut h, false);
             let cfg = &self.cfg;
-            let mut settings = format!(
-                "shuffle={} buffer={} padding={:?}",
-                cfg.shuffle.enabled, cfg.shuffle.buffer, cfg.shard.padding
-            );
-            if cfg.shuffle.buffer > 0 && !crate::pipeline::contiguous(&self.source) {
-                // The index shuffle buffer runs over the global order, before the ranks take
-                // their shares (it used to run over each share): sharded states saved before
-                // would resume another plan. (Independent of the world size, which may change.)
-                settings.push_str(" buffer-before-shares");
-            }
+            let settings = format!("{} padding={:?}", cfg.shuffle.describe(), cfg.shard.padding);
             // Never 0, which a state uses for "not recorded".
             (
                 h.digest().max(1),
@@ -213,17 +202,32 @@ impl Loader {
         let remaining = self
             .batches_of(crate::pipeline::split_len(&self.source, split))
             .saturating_sub(position / self.cfg.output.batch_size);
+        let world_size = self.cfg.shard.world_size;
+        let split = Split {
+            order_world: if split.order_world == 0 {
+                world_size
+            } else {
+                split.order_world
+            },
+            ..split
+        };
         let state = LoaderState {
             seed: self.cfg.seed,
             epoch,
             position: position as u64,
             rank: self.cfg.shard.rank,
-            world_size: self.cfg.shard.world_size,
+            world_size,
             source,
             settings,
             base: split.base,
-            prior_world_size: split.prior.map_or(0, |p| p.0),
-            prior_position: split.prior.map_or(0, |p| p.1),
+            prior_world_size: 0,
+            prior_position: 0,
+            // 0 when it is the world size, as a parsed line gives it.
+            order_world_size: if split.order_world == world_size {
+                0
+            } else {
+                split.order_world
+            },
         };
         let started = pipeline::start(
             self.cfg.clone(),
@@ -423,11 +427,16 @@ impl Iterator for Batches {
         let received = running.rx.recv();
         add(&self.stats.consumer_wait_ns, waited.elapsed());
         match received {
-            Ok(Ok(batch)) => {
+            Ok(Ok(mut batch)) => {
                 self.remaining = self.remaining.saturating_sub(1);
                 self.state.position = batch.position();
                 self.stats.images.fetch_add(batch.len() as u64, Relaxed);
                 self.stats.batches.fetch_add(1, Relaxed);
+                let padded = batch.padded().iter().filter(|&&p| p).count();
+                self.stats.padded.fetch_add(padded as u64, Relaxed);
+                for (path, reason) in batch.take_skipped() {
+                    self.stats.record_skip(path, reason);
+                }
                 if let (Some(tuner), Some(running)) = (&mut self.tuner, &self.running) {
                     tuner.observe(&self.stats, &running.window);
                 }
@@ -579,9 +588,10 @@ pub struct LoaderState {
     pub seed: u64,
     /// The epoch.
     pub epoch: u64,
-    /// Samples of this rank's epoch plan consumed (skipped ones included); for tar shards with
-    /// a shuffle buffer, the buffer's outputs (skipped ones included): resuming replays the
-    /// buffer over sample indices and loads what it held again.
+    /// Positions of this rank's epoch plan consumed (skipped samples included). Under
+    /// sharding every rank's position is the same at each step (`steps × batch_size`), and
+    /// after the epoch's last batch it is the end of the epoch, `⌈samples left / world_size⌉`,
+    /// from which a resume delivers nothing (docs/CONTRACT.md).
     pub position: u64,
     /// The rank.
     pub rank: usize,
@@ -595,11 +605,14 @@ pub struct LoaderState {
     /// After a resume at another world size: positions of the epoch's order that ranks
     /// delivered before (0 otherwise).
     pub base: u64,
-    /// After tar shards resumed at another world size: the world size that had split the rest
-    /// of the order in blocks (0 otherwise)…
+    /// Always 0. (Set by earlier versions of imagefeed, which resumed tar shards at another
+    /// world size in blocks; [`Loader::resume`] refuses such a state by name.)
     pub prior_world_size: usize,
-    /// …and the position each of those ranks had reached in its block.
+    /// Always 0 (see `prior_world_size`).
     pub prior_position: u64,
+    /// The world size the epoch's order was laid out for: the world size its epoch started
+    /// with, which a source read as streams cuts its shards by (0: `world_size`).
+    pub order_world_size: usize,
 }
 
 impl LoaderState {
@@ -607,8 +620,11 @@ impl LoaderState {
     fn split(&self) -> Split {
         Split {
             base: self.base,
-            prior: (self.prior_world_size > 0)
-                .then_some((self.prior_world_size, self.prior_position)),
+            order_world: if self.order_world_size == 0 {
+                self.world_size
+            } else {
+                self.order_world_size
+            },
         }
     }
 
@@ -683,6 +699,9 @@ impl std::fmt::Display for LoaderState {
                 self.prior_world_size, self.prior_position
             )?;
         }
+        if self.order_world_size != 0 && self.order_world_size != self.world_size {
+            write!(f, " order={}", self.order_world_size)?;
+        }
         Ok(())
     }
 }
@@ -711,6 +730,7 @@ impl std::str::FromStr for LoaderState {
         // state had these) is ignored.
         let (mut source, mut settings) = (0, 0);
         let (mut base, mut prior_world_size, mut prior_position) = (0, 0, 0);
+        let mut order_world_size = 0;
         for w in words {
             let (key, value) = w.split_once('=').ok_or_else(bad)?;
             let hex = || u64::from_str_radix(value, 16).map_err(|_| bad());
@@ -719,6 +739,7 @@ impl std::str::FromStr for LoaderState {
                 "settings" => settings = hex()?,
                 "plan" => {}
                 "base" => base = value.parse().map_err(|_| bad())?,
+                "order" => order_world_size = value.parse().map_err(|_| bad())?,
                 "prior" => {
                     let (w, p) = value.split_once('x').ok_or_else(bad)?;
                     prior_world_size = w.parse().map_err(|_| bad())?;
@@ -738,6 +759,7 @@ impl std::str::FromStr for LoaderState {
             base,
             prior_world_size,
             prior_position,
+            order_world_size,
         })
     }
 }

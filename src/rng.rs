@@ -8,7 +8,6 @@ pub(crate) struct Rng(u64);
 
 /// Stage tags mixed into seeds so that stages draw independent streams.
 pub(crate) const STAGE_PERMUTATION: u64 = 1;
-pub(crate) const STAGE_SHUFFLE_BUFFER: u64 = 2;
 pub(crate) const STAGE_AUGMENT: u64 = 3;
 
 impl Rng {

@@ -1,156 +1,405 @@
-//! The bounded shuffle buffer, with tf.data's `shuffle(buffer_size)` semantics: fill the
-//! buffer, then for each new element emit a uniformly chosen buffered one and put the new one
-//! in its place; at the end of the input, drain in random order. Pure: no threads, no I/O.
+//! The shuffle stage: each epoch's *global order*, a seeded permutation of the source's sample
+//! indices that is computed position by position, so that no per-sample array is held and the
+//! sample at any position of any epoch is known without visiting the ones before it (which is
+//! what makes a resume exact at any position and any world size). Pure: no threads, no I/O.
+//!
+//! - **Sources read at random** (files, objects): the order is a keyed pseudo-random
+//!   permutation of `0..n` ([`Permutation`], a Feistel network with cycle walking), a new one
+//!   each epoch. Unshuffled, the source's order, or with a shuffle block that order mixed
+//!   within consecutive blocks.
+//! - **Sources read as streams** (tar shards, TFRecord files, parquet row groups; their
+//!   *units*): the units in a seeded order, their samples laid end to end; that stream cut
+//!   into one contiguous part per rank of the world size the epoch was laid out for; and each
+//!   part's samples permuted within consecutive blocks of `block` samples (Mosaic Streaming's
+//!   block shuffles do the same). A rank of that world size reads its own part of the units,
+//!   a block at a time, and every rank sees a mix of the units in its block.
+//!
+//! The global order interleaves the ranks' parts (position `q` is rank `q mod w₀`'s), so that
+//! ranks taking positions `r, r + w, r + 2w, …` of it — the one rule every source is split by
+//! (`pipeline/plan.rs`) — get their own parts back, while after `p` steps the positions
+//! delivered are always the first `p × w` of the order, at any world size.
 
-use crate::rng::Rng;
+use std::ops::Range;
 
-/// The shuffle stage's settings: whether epochs are shuffled (a seeded permutation of the
-/// source, or of its streams), the bounded buffer, and what it holds.
+/// Samples mixed at once in a source read as streams when the user sets no block
+/// ([`LoaderBuilder::shuffle_buffer`](crate::LoaderBuilder::shuffle_buffer)): about four tar
+/// shards of 1,000 samples, or 40 row groups of `datasets`' 100. Costs no sample memory (the
+/// order is computed); the shards of one block are read at random within them.
+pub(crate) const DEFAULT_BLOCK: usize = 4096;
+
+/// The shuffle stage's settings: whether epochs are shuffled, the mixing block, and whether
+/// the source is read as streams.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ShuffleSettings {
     pub(crate) enabled: bool,
-    /// `shuffle_buffer`: slots of the bounded buffer (0: none).
-    pub(crate) buffer: usize,
-    /// The source is read in order (tar shards): the buffer holds decoded samples. Otherwise it
-    /// shuffles sample indices before decoding.
-    pub(crate) sequential_source: bool,
-    /// Samples in the source (`usize::MAX` where a test builds settings without one).
-    pub(crate) source_len: usize,
+    /// `shuffle_buffer`: samples mixed at once (`None`: the default for the source).
+    pub(crate) buffer: Option<usize>,
+    /// The source is read as streams (tar shards, TFRecord, parquet).
+    pub(crate) streamed: bool,
 }
 
 impl Default for ShuffleSettings {
     fn default() -> Self {
         ShuffleSettings {
             enabled: true,
-            buffer: 0,
-            sequential_source: false,
-            source_len: usize::MAX,
+            buffer: None,
+            streamed: false,
         }
     }
 }
 
 impl ShuffleSettings {
-    /// The buffer's memory over a source of `n` samples of `sample_len` bytes: decoded
-    /// samples for a source read in order, else 4 bytes an index, never more indices than the
-    /// source has.
-    pub(crate) fn bytes(&self, sample_len: u64, n: u64) -> u64 {
-        match self.sample_buffer() {
-            0 => (self.buffer as u64).min(n) * 4,
-            held => (held as u64).saturating_mul(sample_len),
+    /// The block samples are mixed within: for a shuffled random-access source the whole
+    /// source (0 here: one permutation), else the setting, or [`DEFAULT_BLOCK`] for a shuffled
+    /// stream source. 1: no mixing within the order.
+    pub(crate) fn block(&self) -> usize {
+        match (self.streamed, self.enabled, self.buffer) {
+            (false, true, _) => 0,
+            (true, true, None) => DEFAULT_BLOCK,
+            (_, _, Some(b)) => b.max(1),
+            (_, false, None) => 1,
         }
     }
 
-    /// Decoded samples the buffer holds: `buffer` for a source read in order, 0 for the others
-    /// (their buffer shuffles indices before decoding).
-    ///
-    /// A buffer larger than the source never fills, so it behaves as one of `len + 1` slots:
-    /// that is what it is sized as (a `shuffle_buffer(usize::MAX)` must not size a channel).
-    pub(crate) fn sample_buffer(&self) -> usize {
-        if self.sequential_source {
-            self.buffer.min(self.source_len.saturating_add(1))
-        } else {
-            0
-        }
+    /// What the order says about itself, for the settings fingerprint and the log.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "order-v2 shuffle={} block={} streamed={}",
+            self.enabled,
+            self.block(),
+            self.streamed
+        )
     }
 }
 
-/// A seeded shuffle buffer holding at most `capacity` elements.
-#[derive(Debug)]
-pub(crate) struct ShuffleBuffer<T> {
-    items: Vec<T>,
-    capacity: usize,
-    rng: Rng,
+/// Rounds of the Feistel network: with a keyed 64-bit mixer as the round function, four are
+/// enough for a pseudo-random permutation (Luby and Rackoff); six leave a margin for the
+/// smallest domains, where each half is only a few bits.
+const ROUNDS: usize = 6;
+
+/// A keyed pseudo-random permutation of `0..n`, computed per position in O(1) memory: a
+/// balanced Feistel network over the smallest even number of bits that covers `n`, with cycle
+/// walking (a value at or past `n` is encrypted again until it falls below `n`; since the
+/// network permutes the whole domain, which holds at most 4 `n` values, that takes under four
+/// rounds on average).
+#[derive(Debug, Clone)]
+pub(crate) struct Permutation {
+    n: u64,
+    half_bits: u32,
+    keys: [u64; ROUNDS],
 }
 
-impl<T> ShuffleBuffer<T> {
-    /// A buffer of `capacity` elements (0: pass every element straight through). Room grows
-    /// with what is pushed, so a capacity beyond the input (even `usize::MAX`) costs nothing.
-    pub(crate) fn new(capacity: usize, rng: Rng) -> Self {
-        ShuffleBuffer {
-            items: Vec::with_capacity(capacity.min(1024)),
-            capacity,
-            rng,
+impl Permutation {
+    pub(crate) fn new(n: u64, key: u64) -> Self {
+        let bits = 64 - n.saturating_sub(1).leading_zeros();
+        let half_bits = bits.div_ceil(2).max(1);
+        let mut keys = [0u64; ROUNDS];
+        let mut state = key;
+        for k in &mut keys {
+            state = mix(state.wrapping_add(0x9E37_79B9_7F4A_7C15));
+            *k = state;
+        }
+        Permutation { n, half_bits, keys }
+    }
+
+    /// The value at position `i` (`i < n`).
+    pub(crate) fn at(&self, i: u64) -> u64 {
+        debug_assert!(i < self.n);
+        if self.n <= 1 {
+            return i;
+        }
+        let mut x = i;
+        loop {
+            x = self.encrypt(x);
+            if x < self.n {
+                return x;
+            }
         }
     }
 
-    /// Adds an element; returns the element to emit, if the buffer was full.
-    pub(crate) fn push(&mut self, item: T) -> Option<T> {
-        if self.capacity == 0 {
-            return Some(item);
+    fn encrypt(&self, x: u64) -> u64 {
+        let h = self.half_bits;
+        let mask = (1u64 << h) - 1;
+        let (mut left, mut right) = (x >> h, x & mask);
+        for &k in &self.keys {
+            let f = mix(right ^ k) & mask;
+            (left, right) = (right, left ^ f);
         }
-        if self.items.len() < self.capacity {
-            self.items.push(item);
-            return None;
+        (left << h) | right
+    }
+}
+
+/// SplitMix64's finalizer: a bijective 64-bit mixer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A key for one (seed, epoch, purpose, number) tuple.
+fn key(seed: u64, epoch: u64, purpose: u64, number: u64) -> u64 {
+    let a = mix(seed ^ 0x6A09_E667_F3BC_C908);
+    let b = mix(a ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let c = mix(b ^ purpose.wrapping_mul(0xAEF1_7502_108E_F2D9));
+    mix(c ^ number.wrapping_mul(0x9FB2_1C65_1E98_DF25))
+}
+
+const PURPOSE_WHOLE: u64 = 1;
+const PURPOSE_UNITS: u64 = 2;
+const PURPOSE_BLOCK: u64 = 3;
+
+/// `0..len` mixed within consecutive blocks of `block` positions (the last one shorter), each
+/// block with its own key; `block <= 1`: unchanged.
+#[derive(Debug, Clone, Copy)]
+struct Blocks {
+    len: u64,
+    block: u64,
+    seed: u64,
+    epoch: u64,
+    /// Tells the parts of one epoch apart (the rank a stream part belongs to).
+    part: u64,
+}
+
+impl Blocks {
+    fn at(&self, k: u64) -> u64 {
+        if self.block <= 1 {
+            return k;
         }
-        let j = self.rng.below(self.items.len() as u64) as usize;
-        Some(std::mem::replace(&mut self.items[j], item))
+        let j = k / self.block;
+        let start = j * self.block;
+        let len = self.block.min(self.len - start);
+        let number = self.part.wrapping_mul(0x1_0000_0001).wrapping_add(j);
+        start
+            + Permutation::new(len, key(self.seed, self.epoch, PURPOSE_BLOCK, number)).at(k - start)
+    }
+}
+
+/// One epoch's global order: position `q` (`q < len()`) to a dataset index.
+#[derive(Debug, Clone)]
+pub(crate) struct Order {
+    n: u64,
+    seed: u64,
+    epoch: u64,
+    block: u64,
+    layout: Layout,
+}
+
+#[derive(Debug, Clone)]
+enum Layout {
+    /// Random access: one permutation of the whole source (shuffled), or the source's order
+    /// mixed within blocks.
+    Random { whole: Option<Permutation> },
+    /// Streams: `units` in visiting order, `starts` their first positions in the stream laid
+    /// end to end (and the stream's length last), cut in `parts` parts.
+    Streams {
+        units: Vec<Range<u32>>,
+        starts: Vec<u64>,
+        parts: u64,
+    },
+}
+
+impl Order {
+    /// The order of `epoch` over a source of `n` samples read at random.
+    pub(crate) fn random(n: usize, settings: &ShuffleSettings, seed: u64, epoch: u64) -> Self {
+        let n = n as u64;
+        let block = settings.block();
+        let whole = (block == 0).then(|| Permutation::new(n, key(seed, epoch, PURPOSE_WHOLE, 0)));
+        Order {
+            n,
+            seed,
+            epoch,
+            block: block as u64,
+            layout: Layout::Random { whole },
+        }
     }
 
-    /// Removes a uniformly chosen element (input exhausted), or `None` when empty.
-    pub(crate) fn drain_one(&mut self) -> Option<T> {
-        if self.items.is_empty() {
-            return None;
+    /// The order of `epoch` over a source read as `streams` (each a range of consecutive
+    /// dataset indices, in the source's order), laid out for `parts` ranks.
+    pub(crate) fn streams(
+        streams: &[Range<u32>],
+        parts: usize,
+        settings: &ShuffleSettings,
+        seed: u64,
+        epoch: u64,
+    ) -> Self {
+        let mut units: Vec<Range<u32>> =
+            streams.iter().filter(|r| !r.is_empty()).cloned().collect();
+        if settings.enabled {
+            let p = Permutation::new(units.len() as u64, key(seed, epoch, PURPOSE_UNITS, 0));
+            units = (0..units.len() as u64)
+                .map(|i| units[p.at(i) as usize].clone())
+                .collect();
         }
-        let j = self.rng.below(self.items.len() as u64) as usize;
-        Some(self.items.swap_remove(j))
+        let mut starts = Vec::with_capacity(units.len() + 1);
+        let mut at = 0u64;
+        for u in &units {
+            starts.push(at);
+            at += u64::from(u.end - u.start);
+        }
+        starts.push(at);
+        Order {
+            n: at,
+            seed,
+            epoch,
+            block: settings.block().max(1) as u64,
+            layout: Layout::Streams {
+                units,
+                starts,
+                parts: parts.max(1) as u64,
+            },
+        }
     }
 
-    /// The buffered elements in slot order and the generator's state: what a buffer fed the
-    /// same elements again, in that order, continues from (resumption).
-    pub(crate) fn into_parts(self) -> (Vec<T>, Rng) {
-        (self.items, self.rng)
-    }
-
-    #[cfg(test)]
+    /// Positions in the order (the source's samples).
     pub(crate) fn len(&self) -> usize {
-        self.items.len()
+        self.n as usize
     }
+
+    /// Heap bytes the order holds (its unit table: nothing per sample).
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        match &self.layout {
+            Layout::Random { .. } => 0,
+            Layout::Streams { units, starts, .. } => {
+                (units.capacity() * 8 + starts.capacity() * 8) as u64
+            }
+        }
+    }
+
+    /// The dataset index at position `q`.
+    pub(crate) fn at(&self, q: usize) -> u32 {
+        let q = q as u64;
+        debug_assert!(q < self.n);
+        match &self.layout {
+            Layout::Random { whole: Some(p) } => p.at(q) as u32,
+            Layout::Random { whole: None } => self.blocks(self.n, 0).at(q) as u32,
+            Layout::Streams {
+                units,
+                starts,
+                parts,
+            } => {
+                let (r, k) = (q % parts, q / parts);
+                let (start, end) = (
+                    part_start(self.n, *parts, r),
+                    part_start(self.n, *parts, r + 1),
+                );
+                let x = start + self.blocks(end - start, r).at(k);
+                let u = starts.partition_point(|&s| s <= x) - 1;
+                units[u].start + (x - starts[u]) as u32
+            }
+        }
+    }
+
+    fn blocks(&self, len: u64, part: u64) -> Blocks {
+        Blocks {
+            len,
+            block: self.block,
+            seed: self.seed,
+            epoch: self.epoch,
+            part,
+        }
+    }
+}
+
+/// The first position of part `r` of a stream of `n` samples cut in `parts` parts: sizes
+/// `n / parts`, the first `n % parts` one larger (so part `r` has exactly as many samples as
+/// there are positions `q < n` with `q mod parts == r`).
+pub(crate) fn part_start(n: u64, parts: u64, r: u64) -> u64 {
+    r * (n / parts) + r.min(n % parts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::Rng;
     use proptest::prelude::*;
 
-    fn run(input: Vec<u32>, cap: usize, seed: u64) -> Vec<u32> {
-        let mut b = ShuffleBuffer::new(cap, Rng::for_stage(seed, 0, 0));
-        let mut out = Vec::new();
-        for x in input {
-            out.extend(b.push(x));
-            assert!(b.len() <= cap);
-        }
-        while let Some(x) = b.drain_one() {
-            out.push(x);
-        }
-        out
+    fn is_permutation(v: &mut [u64], n: u64) -> bool {
+        v.sort_unstable();
+        v.iter().copied().eq(0..n)
     }
 
     proptest! {
         #[test]
-        fn outputs_a_permutation_of_its_input(n in 0u32..500, cap in 0usize..64, seed: u64) {
-            let input: Vec<u32> = (0..n).collect();
-            let mut out = run(input.clone(), cap, seed);
-            out.sort_unstable();
-            prop_assert_eq!(out, input);
+        fn a_permutation_permutes(n in 0u64..3000, key: u64) {
+            let p = Permutation::new(n, key);
+            let mut v: Vec<u64> = (0..n).map(|i| p.at(i)).collect();
+            prop_assert!(is_permutation(&mut v, n));
+        }
+
+        #[test]
+        fn every_order_is_a_permutation_of_the_source(
+            sizes in proptest::collection::vec(0u32..40, 0..30),
+            parts in 1usize..9,
+            enabled: bool,
+            buffer in proptest::option::of(0usize..100),
+            seed: u64,
+        ) {
+            let mut streams = Vec::new();
+            let mut at = 0u32;
+            for s in sizes {
+                streams.push(at..at + s);
+                at += s;
+            }
+            let n = u64::from(at);
+            for streamed in [false, true] {
+                let settings = ShuffleSettings { enabled, buffer, streamed };
+                let order = if streamed {
+                    Order::streams(&streams, parts, &settings, seed, 3)
+                } else {
+                    Order::random(at as usize, &settings, seed, 3)
+                };
+                prop_assert_eq!(order.len() as u64, n);
+                let mut v: Vec<u64> = (0..order.len()).map(|q| u64::from(order.at(q))).collect();
+                prop_assert!(is_permutation(&mut v, n));
+            }
         }
     }
 
     #[test]
-    fn zero_capacity_passes_through_and_seed_is_deterministic() {
-        let input: Vec<u32> = (0..100).collect();
-        assert_eq!(run(input.clone(), 0, 1), input);
-        assert_eq!(run(input.clone(), 10, 1), run(input.clone(), 10, 1));
-        assert_ne!(run(input.clone(), 10, 1), run(input.clone(), 10, 2));
-        assert_ne!(run(input.clone(), 10, 1), input);
+    fn orders_depend_on_seed_and_epoch_and_not_otherwise() {
+        let s = ShuffleSettings::default();
+        let at = |o: &Order| (0..o.len()).map(|q| o.at(q)).collect::<Vec<_>>();
+        let a = at(&Order::random(1000, &s, 1, 0));
+        assert_eq!(a, at(&Order::random(1000, &s, 1, 0)));
+        assert_ne!(a, at(&Order::random(1000, &s, 1, 1)));
+        assert_ne!(a, at(&Order::random(1000, &s, 2, 0)));
+        assert_ne!(a, (0..1000).collect::<Vec<u32>>());
+        let off = ShuffleSettings {
+            enabled: false,
+            ..s
+        };
+        assert_eq!(
+            at(&Order::random(10, &off, 1, 0)),
+            (0..10).collect::<Vec<u32>>()
+        );
     }
 
     #[test]
-    fn an_element_moves_at_most_a_buffer_ahead() {
-        // tf.data semantics: the first output comes from the first `cap` inputs.
-        for seed in 0..50 {
-            let out = run((0..100).collect(), 10, seed);
-            assert!(out[0] < 10);
+    fn a_stream_part_keeps_to_its_own_units_and_mixes_them_within_blocks() {
+        // 8 shards of 100, 2 parts: each rank's positions come from 4 shards only.
+        let streams: Vec<Range<u32>> = (0..8).map(|s| s * 100..(s + 1) * 100).collect();
+        let s = ShuffleSettings {
+            enabled: true,
+            buffer: Some(400),
+            streamed: true,
+        };
+        let order = Order::streams(&streams, 2, &s, 7, 0);
+        for r in 0..2 {
+            let mine: Vec<u32> = (r..800).step_by(2).map(|q| order.at(q)).collect();
+            let shards: std::collections::BTreeSet<u32> = mine.iter().map(|i| i / 100).collect();
+            assert_eq!(shards.len(), 4, "rank {r}: {shards:?}");
+            // The first 100 positions mix all four shards of the block, not one.
+            let first: std::collections::BTreeSet<u32> =
+                mine[..100].iter().map(|i| i / 100).collect();
+            assert_eq!(first.len(), 4, "rank {r}: {first:?}");
         }
+        // Without shuffling: the parts are the shards in order, each in member order.
+        let off = ShuffleSettings {
+            enabled: false,
+            buffer: None,
+            streamed: true,
+        };
+        let order = Order::streams(&streams, 2, &off, 7, 0);
+        let rank1: Vec<u32> = (1..800).step_by(2).map(|q| order.at(q)).collect();
+        assert_eq!(rank1, (400..800).collect::<Vec<u32>>());
     }
 }

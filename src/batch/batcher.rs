@@ -16,6 +16,7 @@ pub(crate) struct Batcher {
     pending: Vec<Vec<u8>>,
     labels: Vec<u32>,
     indices: Vec<u64>,
+    padded: Vec<bool>,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     /// Whether the next full batch is written on the pool.
     parallel: bool,
@@ -33,6 +34,7 @@ impl Batcher {
             pending: Vec::with_capacity(format.batch_size),
             labels: Vec::with_capacity(format.batch_size),
             indices: Vec::with_capacity(format.batch_size),
+            padded: Vec::with_capacity(format.batch_size),
             pool,
             parallel: true,
         }
@@ -44,19 +46,20 @@ impl Batcher {
         self.parallel = parallel;
     }
 
-    /// Adds a sample. When the batch is full, writes it into a buffer from `fresh`, hands the
-    /// sample buffers back through `recycle` and returns the batch.
+    /// Adds a sample (`padded`: a padding copy). When the batch is full, writes it into a
+    /// buffer from `fresh`, hands the sample buffers back through `recycle` and returns the
+    /// batch.
     pub(crate) fn add(
         &mut self,
         pixels: Vec<u8>,
-        label: u32,
-        index: u64,
+        (label, index, padded): (u32, u64, bool),
         fresh: impl FnOnce() -> BatchParts,
         recycle: impl FnMut(Vec<u8>),
     ) -> Option<BatchParts> {
         self.pending.push(pixels);
         self.labels.push(label);
         self.indices.push(index);
+        self.padded.push(padded);
         (self.pending.len() == self.format.batch_size).then(|| self.flush(fresh, recycle))
     }
 
@@ -79,6 +82,9 @@ impl Batcher {
         parts.labels.extend_from_slice(&self.labels);
         parts.indices.clear();
         parts.indices.extend_from_slice(&self.indices);
+        parts.padded.clear();
+        parts.padded.extend_from_slice(&self.padded);
+        parts.skipped.clear();
         let norm = &self.normalizer;
         let samples = &self.pending;
         // A device that normalizes takes the u8 samples, copied into its (pinned) buffer.
@@ -107,6 +113,7 @@ impl Batcher {
         }
         self.labels.clear();
         self.indices.clear();
+        self.padded.clear();
         parts
     }
 }

@@ -43,6 +43,8 @@ pub struct OwnedBatch {
     pub labels: Vec<u32>,
     /// The dataset index of each image.
     pub indices: Vec<u64>,
+    /// Whether each image is a padding copy ([`Batch::padded`]).
+    pub padded: Vec<bool>,
     /// `[n, height, width, 3]` (NHWC) or `[n, 3, height, width]` (NCHW).
     pub shape: [usize; 4],
     /// The epoch.
@@ -157,9 +159,48 @@ impl Batch {
         &self.parts().labels
     }
 
-    /// The dataset index (position in the source) of each image.
+    /// The dataset index (position in the source) of each image. A padding copy has the
+    /// index of the image it copies ([`Batch::padded`] tells them apart).
     pub fn indices(&self) -> &[u64] {
         &self.parts().indices
+    }
+
+    /// Whether each image is a padding copy rather than a sample of this rank's own share: a
+    /// copy standing in for a sample skipped under sharding ([`OnError::Skip`]), or a repeat
+    /// that gives every rank the same number of batches ([`ShardPadding`]). Unsharded loaders
+    /// deliver no padding. Counting the indices whose flag is `false` over every rank checks
+    /// that each sample came exactly once (see docs/CONTRACT.md).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use imagefeed::{Loader, Source};
+    /// let loader = Loader::builder(Source::from_dir("testdata/classes")?)
+    ///     .batch_size(4)
+    ///     .shard(0, 4)
+    ///     .build()?;
+    /// for batch in loader.epoch(0) {
+    ///     let batch = batch?;
+    ///     for (&index, &copy) in batch.indices().iter().zip(batch.padded()) {
+    ///         if !copy {
+    ///             println!("sample {index}");
+    ///         }
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`OnError::Skip`]: crate::OnError::Skip
+    /// [`ShardPadding`]: crate::ShardPadding
+    pub fn padded(&self) -> &[bool] {
+        &self.parts().padded
+    }
+
+    /// The skipped samples this batch's positions covered (counted once it is delivered).
+    pub(crate) fn take_skipped(&mut self) -> Vec<(std::path::PathBuf, String)> {
+        self.parts
+            .as_mut()
+            .map(|p| std::mem::take(&mut p.skipped))
+            .unwrap_or_default()
     }
 
     fn elems(&self) -> usize {
@@ -292,6 +333,7 @@ impl Batch {
             images,
             labels: parts.labels,
             indices: parts.indices,
+            padded: parts.padded,
             shape,
             epoch,
             position,
@@ -377,6 +419,7 @@ impl Batch {
             images,
             labels: parts.labels.clone(),
             indices: parts.indices.clone(),
+            padded: parts.padded.clone(),
             shape,
             epoch,
             position,
@@ -423,7 +466,7 @@ mod tests {
             let mut recycled = 0;
             for i in 0..n {
                 let px = vec![(i % 256) as u8; 3];
-                if let Some(p) = b.add(px, i as u32, i as u64, || BatchParts::new(Dtype::U8, bs, 3), |_| recycled += 1) {
+                if let Some(p) = b.add(px, (i as u32, i as u64, false), || BatchParts::new(Dtype::U8, bs, 3), |_| recycled += 1) {
                     batches.push(p);
                 }
             }

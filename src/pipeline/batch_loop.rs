@@ -1,6 +1,23 @@
 //! The batcher thread's loop: takes samples from the hand-off in plan order, applies the error
-//! policy, passes them through the shuffle buffer and writes them into batches (`Sink`), which
-//! go to the prefetch queue.
+//! policy and writes them into batches (`Sink`), which go to the prefetch queue.
+//!
+//! ## Slots, padding and positions
+//!
+//! Each plan position gives the epoch's batches one *slot* — its sample, or under sharding a
+//! stand-in for a sample that failed — except that a failed sample of an unsharded loader
+//! gives none (it is skipped). A stand-in is a copy of the next sample of this run that loads,
+//! or, when none follows, of the last one before it, flagged in [`Batch::padded`] like the
+//! plan's own padding repeats. Because every position of a sharded rank is one slot, its
+//! batches cover `batch_size` positions each, and the positions of all ranks stay equal step
+//! by step, failures or not (`pipeline/plan.rs` relies on it).
+//!
+//! A batch records the position after its last slot; the run's last batch records the end of
+//! the epoch ([`super::plan::end_position`]) and carries the skips after its last slot. To
+//! know which batch is the last, a full batch is held until the next slot arrives (the
+//! sample after it, a moment later) or the plan ends; no buffer is held for it (the next batch
+//! takes its buffer only when it fills).
+//!
+//! [`Batch::padded`]: crate::Batch::padded
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -16,9 +33,10 @@ use crate::batch::Normalizer;
 use crate::batch::{Batch, Batcher};
 use crate::error::{Error, ErrorKind, OnError};
 use crate::prefetch::BatchParts;
-use crate::rng::{self, Rng};
-use crate::shuffle::ShuffleBuffer;
 use crate::stats::add;
+
+/// A skipped sample: its path and the reason.
+type Skip = (PathBuf, String);
 
 pub(super) struct Sink<'a> {
     epoch: &'a Epoch,
@@ -27,18 +45,42 @@ pub(super) struct Sink<'a> {
     format: BatchFormat,
     pool: (Sender<BatchParts>, Receiver<BatchParts>),
     out: &'a Sender<Result<Batch, Error>>,
-    /// Plan position (counting resumed ones) after the last sample written.
-    position: u64,
+    /// A full batch not sent yet, and the position it records.
+    held: Option<(BatchParts, u64)>,
+    /// Skips since the last slot (they go with the batch of the next slot).
+    skips: Vec<Skip>,
+    /// Skips of the batch being filled.
+    batch_skips: Vec<Skip>,
 }
 
 impl Sink<'_> {
-    /// Adds a sample to the current batch; sends the batch when full. `false`: the consumer
-    /// is gone.
-    fn emit(&mut self, pixels: Vec<u8>, index: u32) -> bool {
-        match self.write(pixels, index) {
-            Some(parts) => self.send(parts),
-            None => true,
+    /// Writes one slot: the sample at run position `k` (`padded`: a padding copy). `false`:
+    /// the consumer is gone.
+    fn slot(&mut self, pixels: Vec<u8>, index: u32, padded: bool, k: usize) -> bool {
+        // A held batch is not the epoch's last: a slot follows it.
+        if let Some((parts, position)) = self.held.take() {
+            if !self.send(parts, position) {
+                return false;
+            }
         }
+        self.batch_skips.append(&mut self.skips);
+        let label = self.epoch.source.index.label(index as usize);
+        let full = self.timed(|batcher, fresh, recycle| {
+            batcher.add(pixels, (label, u64::from(index), padded), fresh, recycle)
+        });
+        if let Some(mut parts) = full {
+            parts.skipped = std::mem::take(&mut self.batch_skips);
+            self.held = Some((parts, (self.job.offset + k + 1) as u64));
+        }
+        true
+    }
+
+    /// Writes a copy of `pixels` (sample `index`) as the slot of run position `k`.
+    fn copy(&mut self, pixels: &[u8], index: u32, k: usize) -> bool {
+        let mut copy = self.job.samples.1.try_recv().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(pixels);
+        self.slot(copy, index, true, k)
     }
 
     /// A batch buffer from the pool, or a new one; for a device, with a slot of its ring
@@ -52,13 +94,6 @@ impl Sink<'_> {
         let cancelled = || epoch.window.is_cancelled();
         job.staging
             .fresh_parts(format, pool, &cancelled, &epoch.stats)
-    }
-
-    fn write(&mut self, pixels: Vec<u8>, index: u32) -> Option<BatchParts> {
-        let label = self.epoch.source.index.label(index as usize);
-        self.timed(|batcher, fresh, recycle| {
-            batcher.add(pixels, label, u64::from(index), fresh, recycle)
-        })
     }
 
     /// Runs one batcher step (adding a sample, or flushing the last batch) with a source of
@@ -96,21 +131,9 @@ impl Sink<'_> {
         full
     }
 
-    /// Writes a copy of a sample in place of a skipped one (sharded epochs keep their size).
-    fn pad(&mut self, pixels: &[u8], index: u32) -> bool {
-        self.epoch
-            .stats
-            .padded
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut copy = self.job.samples.1.try_recv().unwrap_or_default();
-        copy.clear();
-        copy.extend_from_slice(pixels);
-        self.emit(copy, index)
-    }
-
-    /// Sends a full batch (queueing its copy to a device first). `false`: stop, the consumer
-    /// is gone or has been sent an error.
-    fn send(&mut self, parts: BatchParts) -> bool {
+    /// Sends a batch recording `position` (queueing its copy to a device first). `false`:
+    /// stop, the consumer is gone or has been sent an error.
+    fn send(&mut self, parts: BatchParts, position: u64) -> bool {
         let parts = match self.job.staging.submit(parts, &self.epoch.stats) {
             Ok(parts) => parts,
             Err(e) => {
@@ -122,7 +145,7 @@ impl Sink<'_> {
             parts,
             self.format,
             self.epoch.number,
-            self.position,
+            position,
             self.pool.0.clone(),
         );
         let waited = Instant::now();
@@ -140,39 +163,60 @@ impl Sink<'_> {
         ok
     }
 
+    /// The end of the run: the partial batch (unless dropped) and the held one go out, the
+    /// last of them recording the epoch's end and carrying the skips after its last slot.
     fn finish(&mut self) -> bool {
-        if self.job.output.drop_remainder {
-            return true;
-        }
-        match self.timed(|batcher, fresh, recycle| batcher.finish(fresh, recycle)) {
-            Some(parts) => self.send(parts),
-            None => true,
+        let end = self.job.end_position;
+        let partial = if self.job.output.drop_remainder {
+            // The dropped samples' skips still belong to the epoch's last batch.
+            let mut dropped = self.timed(|batcher, fresh, recycle| batcher.finish(fresh, recycle));
+            if let Some(parts) = dropped.take() {
+                let _ = self.pool.0.try_send(parts);
+            }
+            self.skips.splice(0..0, self.batch_skips.drain(..));
+            None
+        } else {
+            self.timed(|batcher, fresh, recycle| batcher.finish(fresh, recycle))
+        };
+        let mut trailing = std::mem::take(&mut self.skips);
+        match (self.held.take(), partial) {
+            (held, Some(mut parts)) => {
+                if let Some((h, position)) = held {
+                    if !self.send(h, position) {
+                        return false;
+                    }
+                }
+                parts.skipped = std::mem::take(&mut self.batch_skips);
+                parts.skipped.append(&mut trailing);
+                self.send(parts, end)
+            }
+            (Some((mut h, _)), None) => {
+                h.skipped.append(&mut trailing);
+                self.send(h, end)
+            }
+            (None, None) => {
+                // No batch is left to carry them: the run is over, so they count now.
+                for (path, reason) in trailing {
+                    self.epoch.stats.record_skip(path, reason);
+                }
+                true
+            }
         }
     }
-}
 
-pub(super) fn remember(slot: &mut Option<(Vec<u8>, u32)>, pixels: &[u8], index: u32) {
-    let (buf, i) = slot.get_or_insert_with(|| (Vec::with_capacity(pixels.len()), 0));
-    buf.clear();
-    buf.extend_from_slice(pixels);
-    *i = index;
-}
-
-/// Writes one shuffle-buffer output (a sample, or a failed sample's placeholder: nothing) and
-/// remembers it for sharded padding. `false`: the consumer is gone.
-pub(super) fn emit_output(
-    sink: &mut Sink<'_>,
-    out: Option<(Vec<u8>, u32)>,
-    keep_size: bool,
-    last_good: &mut Option<(Vec<u8>, u32)>,
-) -> bool {
-    let Some((px, idx)) = out else {
-        return true;
-    };
-    if keep_size {
-        remember(last_good, &px, idx);
+    /// Sends the held batch (not the epoch's last), then the error; the skips the batcher saw
+    /// since count now, since the epoch ends here.
+    fn fail(&mut self, e: Error) {
+        for (path, reason) in self.batch_skips.drain(..).chain(self.skips.drain(..)) {
+            self.epoch.stats.record_skip(path, reason);
+        }
+        if let Some((parts, position)) = self.held.take() {
+            if !self.send(parts, position) {
+                return;
+            }
+        }
+        let _ = self.out.send(Err(e));
     }
-    sink.emit(px, idx)
 }
 
 pub(super) fn batch_loop(
@@ -181,24 +225,6 @@ pub(super) fn batch_loop(
     rx: &HandoffReceiver,
     out: &Sender<Result<Batch, Error>>,
 ) {
-    let stop = |e: Error| {
-        epoch.window.cancel();
-        let _ = out.send(Err(e));
-    };
-    if let Err(e) = catch_unwind(AssertUnwindSafe(|| batch_loop_inner(epoch, job, rx, out)))
-        .unwrap_or_else(|p| Err(Error::worker_panicked("batch", None, &*p)))
-    {
-        stop(e);
-    }
-    epoch.window.cancel();
-}
-
-pub(super) fn batch_loop_inner(
-    epoch: &Epoch,
-    job: &BatchJob,
-    rx: &HandoffReceiver,
-    out: &Sender<Result<Batch, Error>>,
-) -> Result<(), Error> {
     let format = job.output.format();
     let mut sink = Sink {
         epoch,
@@ -213,30 +239,46 @@ pub(super) fn batch_loop_inner(
         // is never freed and a new one never allocated in steady state.
         pool: job.batch_pool.clone(),
         out,
-        position: job.offset as u64,
+        held: None,
+        skips: Vec::new(),
+        batch_skips: Vec::new(),
     };
-    // Sharded epochs must keep every rank's batch count equal, so a skipped sample is replaced
-    // by a copy of the next (or, at the end, the last) good one; labels stay with their images.
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        batch_loop_inner(epoch, job, rx, &mut sink)
+    }))
+    .unwrap_or_else(|p| Err(Error::worker_panicked("batch", None, &*p)));
+    if let Err(e) = result {
+        epoch.window.cancel();
+        sink.fail(e);
+    }
+    epoch.window.cancel();
+}
+
+/// What the batcher knows of the run's samples so far: under sharding, the positions waiting
+/// for a stand-in and the last sample that loaded.
+struct Stand {
+    owed: Vec<usize>,
+    last_good: Option<(Vec<u8>, u32)>,
+}
+
+pub(super) fn batch_loop_inner(
+    epoch: &Epoch,
+    job: &BatchJob,
+    rx: &HandoffReceiver,
+    sink: &mut Sink<'_>,
+) -> Result<(), Error> {
+    // Sharded epochs keep every rank's positions in step: a failed sample's position is filled
+    // by a stand-in (see the module doc).
     let keep_size = job.sharded;
-    let mut owed_padding = 0u64;
-    let mut last_good: Option<(Vec<u8>, u32)> = None;
+    let mut stand = Stand {
+        owed: Vec::new(),
+        last_good: None,
+    };
     let total = epoch.plan.len();
     let mut burst = Vec::with_capacity(epoch.window.size);
     let mut next = 0usize;
-    // Samples, or placeholders for failed ones: the buffer's choices then depend on the plan
-    // alone, so a resumed epoch can replay them (`replay_buffer`).
-    let buffered = job.shuffle.sample_buffer() > 0;
-    let rng = job
-        .buffer_rng
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-        .unwrap_or_else(|| Rng::for_stage(job.seed, epoch.number, rng::STAGE_SHUFFLE_BUFFER));
-    let mut shuffle: ShuffleBuffer<Option<(Vec<u8>, u32)>> =
-        ShuffleBuffer::new(job.shuffle.sample_buffer(), rng);
-    // Buffer outputs so far, placeholders included (the resumable position when buffered).
-    let mut outputs = job.offset as u64;
     let mut skipped = 0u64;
+    let mut last_error = None;
     while next < total {
         if !rx.take(&mut burst) {
             return Ok(()); // cancelled: the decoders are gone
@@ -246,28 +288,21 @@ pub(super) fn batch_loop_inner(
         sink.batcher.set_parallel(burst.len() > 2 * rx.burst());
         // Released one by one as they are processed, as the window's memory bound assumes.
         for msg in burst.drain(..) {
+            let k = msg.seq;
             next += 1;
             epoch.window.release(next);
             match msg.result {
                 Ok(pixels) => {
                     if keep_size {
-                        while owed_padding > 0 {
-                            owed_padding -= 1;
-                            if !sink.pad(&pixels, msg.index) {
+                        for owed in std::mem::take(&mut stand.owed) {
+                            if !sink.copy(&pixels, msg.index, owed) {
                                 return Ok(());
                             }
                         }
+                        remember(&mut stand.last_good, &pixels, msg.index);
                     }
-                    if let Some(out) = shuffle.push(Some((pixels, msg.index))) {
-                        outputs += 1;
-                        sink.position = if buffered {
-                            outputs
-                        } else {
-                            (job.offset + next) as u64
-                        };
-                        if !emit_output(&mut sink, out, keep_size, &mut last_good) {
-                            return Ok(());
-                        }
+                    if !sink.slot(pixels, msg.index, epoch.plan.is_padding(k), k) {
+                        return Ok(());
                     }
                 }
                 Err(e) => match job.on_error {
@@ -275,45 +310,43 @@ pub(super) fn batch_loop_inner(
                         skipped += 1;
                         let path = e.path().map(PathBuf::from).unwrap_or_default();
                         log::warn!("skipping sample {}: {e}", msg.index);
-                        epoch.stats.record_skip(path, e.to_string());
-                        owed_padding += 1;
-                        if buffered {
-                            if let Some(out) = shuffle.push(None) {
-                                outputs += 1;
-                                sink.position = outputs;
-                                if !emit_output(&mut sink, out, keep_size, &mut last_good) {
-                                    return Ok(());
-                                }
-                            }
-                        }
+                        sink.skips.push((path, e.to_string()));
                         if skipped > max {
                             return Err(Error::new(ErrorKind::TooManyFailures {
                                 skipped,
                                 last: e,
                             }));
                         }
+                        if keep_size {
+                            // Its stand-in is the next sample that loads (or, if none does,
+                            // the last one that did).
+                            stand.owed.push(k);
+                        }
+                        last_error = Some(e);
                     }
                     _ => return Err(e),
                 },
             }
         }
     }
-    sink.position = (job.offset + total) as u64;
-    while let Some(out) = shuffle.drain_one() {
-        outputs += 1;
-        if buffered {
-            sink.position = outputs;
-        }
-        if !emit_output(&mut sink, out, keep_size, &mut last_good) {
-            return Ok(());
-        }
-    }
-    if keep_size && owed_padding > 0 {
-        if let Some((px, idx)) = last_good.take() {
-            for _ in 0..owed_padding {
-                if !sink.pad(&px, idx) {
-                    return Ok(());
-                }
+    if !stand.owed.is_empty() {
+        // No sample loads after these: copies of the last one that did.
+        let Some((px, idx)) = stand.last_good.take() else {
+            let last = last_error.unwrap_or_else(|| Error::config("shard", "no sample"));
+            return Err(Error::new(ErrorKind::TooManyFailures {
+                skipped,
+                last: Error::config(
+                    "shard",
+                    format!(
+                        "no sample of this rank's share of the epoch loaded, so none can stand in for the {} skipped ones to keep the ranks' batch counts equal (last: {last})",
+                        stand.owed.len()
+                    ),
+                ),
+            }));
+        };
+        for owed in std::mem::take(&mut stand.owed) {
+            if !sink.copy(&px, idx, owed) {
+                return Ok(());
             }
         }
     }
@@ -324,4 +357,11 @@ pub(super) fn batch_loop_inner(
         cache.end_epoch(&epoch.cache_mode)?;
     }
     Ok(())
+}
+
+fn remember(slot: &mut Option<(Vec<u8>, u32)>, pixels: &[u8], index: u32) {
+    let (buf, i) = slot.get_or_insert_with(|| (Vec::with_capacity(pixels.len()), 0));
+    buf.clear();
+    buf.extend_from_slice(pixels);
+    *i = index;
 }

@@ -52,7 +52,7 @@ pub(super) fn decode_loop(
         let waited = Instant::now();
         let (seq, index, mut fetched, held) = match &from_fetch {
             None => match epoch.window.claim_as(thread) {
-                Some(seq) => (seq, epoch.plan[seq], None, 0),
+                Some(seq) => (seq, epoch.plan.at(seq), None, 0),
                 None => break,
             },
             Some(_) if !epoch.window.wait_active(thread) => break,

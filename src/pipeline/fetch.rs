@@ -10,7 +10,16 @@ use crossbeam_channel::Sender;
 use super::window::Window;
 use super::Epoch;
 use crate::cache::EpochCache;
-use crate::source::fetch::{ByteBudget, Claims, Fetch, Fetched, TryClaim};
+use crate::source::fetch::{ByteBudget, Claims, Fetch, Fetched, Positions, TryClaim};
+
+impl Positions for super::Plan {
+    fn at(&self, seq: usize) -> u32 {
+        super::Plan::at(self, seq)
+    }
+    fn len(&self) -> usize {
+        super::Plan::len(self)
+    }
+}
 
 impl Claims for Window {
     fn claim(&self) -> Option<usize> {
@@ -29,7 +38,7 @@ pub(crate) fn fetch_loop(epoch: &Epoch, tx: &Sender<Fetched>, budget: &ByteBudge
     if matches!(epoch.cache_mode, EpochCache::Read(_)) {
         // Every sample comes from the cache: hand out positions only.
         while let Some(seq) = epoch.window.claim() {
-            let index = epoch.plan[seq];
+            let index = epoch.plan.at(seq);
             let f = Fetched {
                 seq,
                 index,

@@ -70,8 +70,6 @@ use crate::decode::{Decoder, LargeGate, VerifiedFiles};
 use crate::error::Error;
 use crate::error::OnError;
 use crate::prefetch::{BatchParts, Staging};
-use crate::rng::Rng;
-use crate::shuffle::ShuffleSettings;
 use crate::source::Source;
 use crate::stats::StatsCell;
 
@@ -88,8 +86,7 @@ use batch_loop::batch_loop;
 use decode_loop::decode_loop;
 use fetch::fetch_loop;
 use handoff::handoff;
-pub(crate) use plan::{contiguous, plan_len, resplit, split_len, Split};
-use plan::{plan, replay_buffer};
+pub(crate) use plan::{end_position, plan_len, resplit, split_len, Plan, Split};
 pub(crate) use window::Window;
 
 /// What one epoch's threads share, in three parts: what every loop reads ([`Epoch`]), and
@@ -105,7 +102,7 @@ pub(crate) struct EpochShared {
 /// out the plan's positions, the source, how the epoch uses the cache, and the counters.
 pub(crate) struct Epoch {
     pub(crate) number: u64,
-    pub(crate) plan: Vec<u32>,
+    pub(crate) plan: Plan,
     pub(crate) window: Arc<Window>,
     pub(crate) source: Arc<Source>,
     pub(crate) cache_mode: EpochCache,
@@ -137,24 +134,19 @@ pub(crate) struct DecodeJob {
 /// The batcher's settings and resources.
 pub(crate) struct BatchJob {
     pub(crate) output: OutputSettings,
-    pub(crate) shuffle: ShuffleSettings,
     pub(crate) on_error: OnError,
     /// Ranks share the epoch: a skipped sample is replaced so that batch counts stay equal.
     pub(crate) sharded: bool,
     /// Autotune may change the prefetch depth while the epoch runs.
     pub(crate) autotune: bool,
-    /// Seeds the shuffle buffer (with the epoch).
-    pub(crate) seed: u64,
     /// Threads that write normalized samples into batch buffers in parallel.
     normalize_pool: Option<Arc<rayon::ThreadPool>>,
     /// Where full batches go: host memory or a device's slot ring.
     staging: Staging,
-    /// Plan positions already delivered before this run (resumption); with a sample shuffle
-    /// buffer, its outputs already delivered.
+    /// Plan positions already delivered before this run (resumption).
     offset: usize,
-    /// With a sample shuffle buffer, on resumption: the buffer's generator as it was at the cut
-    /// (the plan then starts with the `refill` samples it held).
-    buffer_rng: Mutex<Option<Rng>>,
+    /// The position the run's last batch records (`plan::end_position`).
+    end_position: u64,
     /// The cache, to commit at the end of the epoch.
     cache: Option<Arc<Cache>>,
     /// `u8` sample buffers, returned to the decode threads.
@@ -183,13 +175,8 @@ impl Pools {
     /// The pools of a loader over `samples` samples.
     pub(crate) fn new(cfg: &Config, samples: usize) -> Self {
         Pools {
-            // In flight, in the shuffle buffer, held by the batcher for one batch, plus slack.
-            samples: bounded(
-                cfg.tuning.reorder_window()
-                    + cfg.shuffle.sample_buffer()
-                    + cfg.output.batch_size
-                    + 2,
-            ),
+            // In flight, held by the batcher for one batch, plus slack.
+            samples: bounded(cfg.tuning.reorder_window() + cfg.output.batch_size + 2),
             // Room for every batch in circulation (queue, consumer, batcher, and a spare for a
             // consumer that keeps the previous batch while asking for the next), so a returned
             // batch is never freed and a new one never allocated in steady state: the
@@ -268,28 +255,9 @@ pub(crate) fn start(
         Some(c) => c.begin_epoch()?,
         None => EpochCache::Off,
     };
-    let mut plan = plan(&cfg, &source, epoch, split);
-    let mut buffer_rng = None;
-    if cfg.shuffle.sample_buffer() > 0 && start_at > 0 {
-        // The buffer's contents are not in the state: replay it over the plan's indices to
-        // find what it held at the cut, and load those samples again first.
-        let (pushed, held, rng) = replay_buffer(&cfg, &plan, epoch, start_at)?;
-        let mut rest = held;
-        rest.extend_from_slice(&plan[pushed..]);
-        plan = rest;
-        buffer_rng = Some(rng);
-    } else {
-        if start_at > plan.len() {
-            return Err(Error::config(
-                "resume",
-                format!(
-                    "position {start_at} is past the epoch's {} samples",
-                    plan.len()
-                ),
-            ));
-        }
-        plan.drain(..start_at);
-    }
+    let plan = Plan::new(&cfg, &source, epoch, split).starting_at(start_at)?;
+    let offset = plan.offset();
+    let end_position = end_position(&cfg, split_len(&source, split));
     // With autotune every thread the loader may use starts, and the window says how many
     // work; the prefetch queue has room for the deepest setting, and the window says how
     // much of it to use.
@@ -348,15 +316,13 @@ pub(crate) fn start(
         },
         batch: BatchJob {
             output: cfg.output.clone(),
-            shuffle: cfg.shuffle,
             on_error: cfg.on_error,
             sharded: cfg.shard.world_size > 1,
             autotune: cfg.tuning.autotune,
-            seed: cfg.seed,
             normalize_pool,
             staging,
-            offset: start_at,
-            buffer_rng: Mutex::new(buffer_rng),
+            offset,
+            end_position,
             cache,
             samples: pools.samples.clone(),
             batch_pool: pools.batches.clone(),

@@ -1,179 +1,168 @@
-//! An epoch's plan: the seeded order in which its sample indices are visited (the epoch's
-//! *global order*, the same on every rank), the part of it still to deliver after an elastic
-//! resume (a [`Split`]), this rank's share of that (sharding and its padding), and the shuffle
-//! buffer's replay for a resumed epoch.
+//! An epoch's plan: which positions of the epoch's global order (`crate::shuffle::Order`, the
+//! same on every rank) this rank delivers, in which order, and which of them are padding.
 //!
-//! ## Resuming at another world size
+//! ## One rule for every source
 //!
-//! Ranks consume their shares in lockstep (a training step takes one batch on every rank), so
-//! a state saved by any rank at a step boundary says what every rank has delivered:
-//! - random-access sources split the global order strided (rank `r` takes positions
-//!   `r, r + w, …`), so after `p` positions a rank, the first `p × w` positions of the order
-//!   are delivered: the rest is a suffix of the order, `base` positions in;
-//! - tar shards split it in contiguous blocks (rank `r` reads about `1/w` of the shards front
-//!   to back), so the rest is each block without its first `p` positions: a `prior` split.
+//! What is left of an epoch is always a suffix of its global order: the order without its
+//! first `base` positions (0 for a fresh epoch). Rank `r` of `w` takes positions
+//! `r, r + w, r + 2w, …` of that rest (as PyTorch's `DistributedSampler`), padded or cut per
+//! [`ShardPadding`] so that every rank delivers the same number of batches. Ranks step
+//! together (a training step takes one batch on every rank), and each of a rank's positions is
+//! one sample of its batches (a skipped sample is replaced in place under sharding), so after
+//! `p` positions a rank the positions delivered are exactly the first `min(p × w, rest)` of the
+//! rest, whatever the rank, the padding or the failures. A state saved at any step therefore
+//! resumes at any world size: the new ranks split the suffix that starts `p × w` further on,
+//! by the same rule, however often the world size changes within an epoch.
 //!
-//! A new world size splits that rest again with the same rule. Strided splits fold into a
-//! new `base` however often the world size changes; for tar shards a second change of world
-//! size within one epoch would need a chain of splits, and is refused by name. So is a change
-//! of world size for tar shards with a sample shuffle buffer (the samples held in every rank's
-//! buffer are not in the state).
+//! A source read as streams (tar shards, TFRecord, parquet) lays its order out for the world
+//! size its epoch started with (`Split::order_world`): each of those ranks reads its own part
+//! of the shards. After a resume at another world size the new ranks take the rest of that
+//! same order, reading from every part, until the epoch ends; the next epoch is laid out for
+//! them.
+//!
+//! ## The end of an epoch
+//!
+//! A rank's last batch records the position [`end_position`], `⌈rest / w⌉`: at least every
+//! rank's share, so the states of all ranks agree after the last step as after any other, and
+//! a resume from it delivers nothing on any rank at any world size.
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::rng::{self, Rng};
 use crate::shard::ShardPadding;
-use crate::shuffle::ShuffleBuffer;
+use crate::shuffle::Order;
 use crate::source::Source;
 
 /// The part of an epoch's global order still to deliver: the order without its first `base`
-/// positions, and without the first `prior.1` positions of each of the `prior.0` contiguous
-/// blocks the rest was split in (tar shards resumed at another world size).
+/// positions, laid out for `order_world` ranks (0: this loader's world size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Split {
     pub(crate) base: u64,
-    pub(crate) prior: Option<(usize, u64)>,
+    pub(crate) order_world: usize,
 }
 
-/// Whether `source`'s epochs are split in contiguous blocks (sources read as streams: tar
-/// shards) rather than strided.
-pub(crate) fn contiguous(source: &Source) -> bool {
-    source.backing.streams().is_some()
+/// The epoch's global order, laid out for `world` ranks where the source is read as streams.
+pub(crate) fn global_order(cfg: &Config, source: &Source, epoch: u64, world: usize) -> Order {
+    match source.backing.streams() {
+        Some(streams) => Order::streams(&streams, world, &cfg.shuffle, cfg.seed, epoch),
+        None => Order::random(source.len(), &cfg.shuffle, cfg.seed, epoch),
+    }
 }
 
-/// The start of rank `rank`'s contiguous block of `len` positions split over `world` ranks.
-fn block_start(len: usize, world: usize, rank: usize) -> usize {
-    rank * (len / world) + rank.min(len % world)
+/// One rank's plan for (the rest of) an epoch: its positions of the global order's rest, from
+/// `start` on.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    order: Order,
+    /// Positions of the order delivered before this split.
+    base: usize,
+    /// Positions of the order left after `base`.
+    rest: usize,
+    rank: usize,
+    world: usize,
+    /// This rank's positions in the whole split (padding included).
+    share: usize,
+    /// Of those, the ones that are this rank's own samples; the others repeat samples from the
+    /// start of the rest (padding).
+    own: usize,
+    /// Positions of the share consumed before this run.
+    start: usize,
 }
 
-/// The epoch's global order: a seeded permutation of the whole source (or file order) and,
-/// with an index shuffle buffer, its pass through it; for tar shards, the shards in a seeded
-/// order (or in order), each shard's samples in member order.
-fn global_order(cfg: &Config, source: &Source, epoch: u64) -> Vec<u32> {
-    let len = source.len();
-    let shuffled = |n: u32| {
-        rng::permutation(
-            n,
-            &mut Rng::for_stage(cfg.seed, epoch, rng::STAGE_PERMUTATION),
-        )
-    };
-    if let Some(streams) = source.backing.streams() {
-        let visit: Vec<u32> = if cfg.shuffle.enabled {
-            shuffled(streams.len() as u32)
+impl Plan {
+    /// The plan of this loader's rank for `split` of `epoch`, from its start.
+    pub(crate) fn new(cfg: &Config, source: &Source, epoch: u64, split: Split) -> Plan {
+        let world = cfg.shard.world_size.max(1);
+        let order_world = if split.order_world == 0 {
+            world
         } else {
-            (0..streams.len() as u32).collect()
+            split.order_world
         };
-        let mut order = Vec::with_capacity(len);
-        for k in visit {
-            order.extend(streams[k as usize].clone());
+        let order = global_order(cfg, source, epoch, order_world);
+        let n = order.len();
+        let base = usize::try_from(split.base).unwrap_or(usize::MAX).min(n);
+        let rest = n - base;
+        let rank = cfg.shard.rank;
+        let (share, own) = if world <= 1 {
+            (rest, rest)
+        } else {
+            (
+                share_len(cfg, rest),
+                rest.saturating_sub(rank).div_ceil(world),
+            )
+        };
+        Plan {
+            order,
+            base,
+            rest,
+            rank,
+            world,
+            share,
+            own,
+            start: 0,
         }
-        return order;
     }
-    let order = if cfg.shuffle.enabled {
-        shuffled(len as u32)
-    } else {
-        (0..len as u32).collect()
-    };
-    if cfg.shuffle.buffer == 0 {
-        return order;
-    }
-    // Random-access sources: the shuffle buffer reorders indices before decoding (tf.data's
-    // `shuffle` before `map`), so it holds no sample. It runs over the global order, before
-    // the ranks take their shares, so that the shares still split one order (and a state
-    // resumes at any world size).
-    let mut buffer = ShuffleBuffer::new(
-        cfg.shuffle.buffer,
-        Rng::for_stage(cfg.seed, epoch, rng::STAGE_SHUFFLE_BUFFER),
-    );
-    let mut out = Vec::with_capacity(order.len());
-    for i in order {
-        out.extend(buffer.push(i));
-    }
-    while let Some(i) = buffer.drain_one() {
-        out.push(i);
-    }
-    out
-}
 
-/// The positions of an order of `len` that `split` still has, as ranges.
-fn remaining(len: usize, split: Split, contiguous: bool) -> Vec<std::ops::Range<usize>> {
-    let base = usize::try_from(split.base).unwrap_or(usize::MAX).min(len);
-    let n = len - base;
-    match split.prior {
-        None => std::iter::once(base..len).collect(),
-        Some((world, position)) if world > 0 => {
-            let p = usize::try_from(position).unwrap_or(usize::MAX);
-            if contiguous {
-                (0..world)
-                    .map(|r| {
-                        let (start, end) = (block_start(n, world, r), block_start(n, world, r + 1));
-                        base + start.saturating_add(p).min(end)..base + end
-                    })
-                    .filter(|r| !r.is_empty())
-                    .collect()
-            } else {
-                std::iter::once(base + p.saturating_mul(world).min(n)..len).collect()
-            }
+    /// The same plan without its first `start` positions (a resumed run). A position past the
+    /// share but not past [`end_position`] is the end of the epoch: nothing is left.
+    pub(crate) fn starting_at(mut self, start: usize) -> Result<Plan, Error> {
+        let end = self.rest.div_ceil(self.world);
+        if start > self.share.max(end) {
+            return Err(Error::config(
+                "resume",
+                format!(
+                    "position {start} is past the epoch's {} samples on this rank",
+                    self.share
+                ),
+            ));
         }
-        Some(_) => std::iter::once(base..len).collect(),
+        self.start = start.min(self.share);
+        Ok(self)
+    }
+
+    /// Positions this run delivers (padding included).
+    pub(crate) fn len(&self) -> usize {
+        self.share - self.start
+    }
+
+    /// The dataset index at position `k` of this run.
+    pub(crate) fn at(&self, k: usize) -> u32 {
+        let p = self.start + k;
+        debug_assert!(p < self.share);
+        self.order
+            .at(self.base + (self.rank + p * self.world) % self.rest)
+    }
+
+    /// Whether position `k` of this run repeats another rank's sample to pad this rank's
+    /// share (never a skipped sample's stand-in: the batcher marks those).
+    pub(crate) fn is_padding(&self, k: usize) -> bool {
+        self.start + k >= self.own
+    }
+
+    /// Positions of the share consumed before this run.
+    pub(crate) fn offset(&self) -> usize {
+        self.start
+    }
+
+    /// Heap bytes the plan holds (the order's unit table).
+    #[allow(dead_code)]
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        self.order.heap_bytes()
     }
 }
 
 /// The number of positions `split` still has of an epoch over a source of `len` samples.
 pub(crate) fn split_len(source: &Source, split: Split) -> usize {
-    remaining(source.len(), split, contiguous(source))
-        .iter()
-        .map(|r| r.len())
-        .sum()
+    let n = source.len();
+    n - usize::try_from(split.base).unwrap_or(usize::MAX).min(n)
 }
 
-/// The order in which one rank visits the source in an epoch: the part `split` still has of
-/// the epoch's global order, of which rank `r` of `w` takes positions `r, r + w, r + 2w, …`
-/// (as PyTorch's `DistributedSampler`), padded or cut per [`ShardPadding`] so that every rank
-/// delivers the same number of batches.
-///
-/// Tar shards are read as streams: rank `r` takes a contiguous block of the order (the same
-/// number of samples as the strided split), so that it reads about `1/w` of the shards, front
-/// to back.
-pub(crate) fn plan(cfg: &Config, source: &Source, epoch: u64, split: Split) -> Vec<u32> {
-    let order = global_order(cfg, source, epoch);
-    let contiguous = contiguous(source);
-    let ranges = remaining(order.len(), split, contiguous);
-    let (rank, world) = (cfg.shard.rank, cfg.shard.world_size);
-    if world <= 1 && ranges.len() == 1 && ranges[0] == (0..order.len()) {
-        return order;
-    }
-    // Position `k` of the rest, through the ranges' running starts (a few ranges at most),
-    // so that the rest is never copied out of the order.
-    let starts: Vec<usize> = ranges
-        .iter()
-        .scan(0, |at, r| {
-            let start = *at;
-            *at += r.len();
-            Some(start)
-        })
-        .collect();
-    let len: usize = ranges.iter().map(|r| r.len()).sum();
-    let at = |k: usize| {
-        let j = starts.partition_point(|&s| s <= k) - 1;
-        order[ranges[j].start + (k - starts[j])]
-    };
-    if len == 0 {
-        return Vec::new();
-    }
-    if world <= 1 {
-        return (0..len).map(at).collect();
-    }
-    let count = share_len(cfg, len);
-    let (start, step) = if contiguous {
-        (block_start(len, world, rank), 1)
-    } else {
-        (rank, world)
-    };
-    (0..count).map(|k| at((start + k * step) % len)).collect()
+/// The position every rank's state records after its last batch of `split`: `⌈rest / w⌉`,
+/// at least each rank's share.
+pub(crate) fn end_position(cfg: &Config, rest: usize) -> u64 {
+    rest.div_ceil(cfg.shard.world_size.max(1)) as u64
 }
 
-/// How many samples one rank's share of `len` positions holds (see [`plan`]).
+/// How many samples one rank's share of `len` positions holds (see the module doc).
 pub(super) fn share_len(cfg: &Config, len: usize) -> usize {
     let (rank, world) = (cfg.shard.rank, cfg.shard.world_size);
     // This rank's disjoint share: positions rank, rank + world, ... below len (none for a rank
@@ -200,86 +189,23 @@ pub(super) fn share_len(cfg: &Config, len: usize) -> usize {
     }
 }
 
-/// The split a state saved at `position` of rank shares over `world` ranks (within `split`)
-/// leaves for ranks of another world size. `Err` says why it cannot.
-pub(crate) fn resplit(
-    cfg: &Config,
-    source: &Source,
-    split: Split,
-    world: usize,
-    position: u64,
-) -> Result<Split, String> {
-    if !contiguous(source) {
-        // Strided: the rest is always a suffix of the order.
-        let done = match split.prior {
-            None => 0,
-            Some((w, p)) => (w as u64).saturating_mul(p),
-        };
-        return Ok(Split {
-            base: split
-                .base
-                .saturating_add(done)
-                .saturating_add(position.saturating_mul(world as u64)),
-            prior: None,
-        });
-    }
-    if cfg.shuffle.sample_buffer() > 0 {
-        return Err(format!(
-            "a tar shard source with a shuffle buffer ({} samples) resumes at the world size that saved the state ({world}) only: the samples each rank's buffer held are not in the state; resume on {world} ranks, or use shuffle_buffer(0)",
-            cfg.shuffle.sample_buffer()
-        ));
-    }
-    match split.prior {
-        None => Ok(Split {
-            base: split.base,
-            prior: Some((world, position)),
-        }),
-        // One block: the rest is a suffix again.
-        Some((1, p)) => Ok(Split {
-            base: split.base.saturating_add(p),
-            prior: Some((world, position)),
-        }),
-        Some((w, _)) => Err(format!(
-            "this epoch of tar shards was already resumed from {w} ranks onto {world}: it resumes at another world size once; finish it on {world} ranks (the next epoch starts on any number)"
-        )),
-    }
-}
-
-/// With a sample shuffle buffer: its state after `emitted` outputs over `plan` (each plan
-/// sample pushed once, failed ones as placeholders, so this does not depend on which failed):
-/// the plan samples pushed, the samples held (slot order) and the generator.
-pub(super) fn replay_buffer(
-    cfg: &Config,
-    plan: &[u32],
-    epoch: u64,
-    emitted: usize,
-) -> Result<(usize, Vec<u32>, Rng), Error> {
-    let mut buffer = ShuffleBuffer::new(
-        cfg.shuffle.sample_buffer(),
-        Rng::for_stage(cfg.seed, epoch, rng::STAGE_SHUFFLE_BUFFER),
-    );
-    let (mut out, mut pushed) = (0usize, 0usize);
-    while out < emitted {
-        if pushed < plan.len() {
-            out += usize::from(buffer.push(plan[pushed]).is_some());
-            pushed += 1;
-        } else if buffer.drain_one().is_some() {
-            out += 1;
+/// The split that a state saved at `position` of shares over `world` ranks (within `split`)
+/// leaves for ranks of any world size: the first `position × world` positions of the rest are
+/// delivered.
+pub(crate) fn resplit(source: &Source, split: Split, world: usize, position: u64) -> Split {
+    let rest = split_len(source, split) as u64;
+    let done = position.saturating_mul(world as u64).min(rest);
+    Split {
+        base: split.base.saturating_add(done),
+        order_world: if split.order_world == 0 {
+            world
         } else {
-            return Err(Error::config(
-                "resume",
-                format!(
-                    "position {emitted} is past the epoch's {} samples",
-                    plan.len()
-                ),
-            ));
-        }
+            split.order_world
+        },
     }
-    let (held, rng) = buffer.into_parts();
-    Ok((pushed, held, rng))
 }
 
-/// The length of [`plan`] for a whole epoch, without building it.
+/// The length of a rank's plan for a whole epoch of `len` samples, without building it.
 pub(crate) fn plan_len(cfg: &Config, len: usize) -> usize {
     if cfg.shard.world_size <= 1 || len == 0 {
         len

@@ -205,7 +205,7 @@ fn run(epoch: &Epoch, depth: usize, scratch: &mut Scratch) {
             if seq % 16 == 0 && epoch.window.is_cancelled() {
                 return;
             }
-            let index = epoch.plan[seq];
+            let index = epoch.plan.at(seq);
             let mut admit = |len| ahead.admit(seq, len, || epoch.window.claimed());
             match cache {
                 Some(map) => {

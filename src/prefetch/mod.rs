@@ -327,6 +327,12 @@ pub(crate) struct BatchParts {
     pub(crate) storage: BatchStorage,
     pub(crate) labels: Vec<u32>,
     pub(crate) indices: Vec<u64>,
+    /// Whether each image is a padding copy (a stand-in for a skipped sample, or a repeat that
+    /// evens out the ranks' shares).
+    pub(crate) padded: Vec<bool>,
+    /// The samples skipped in the positions this batch covers (path, reason): counted in the
+    /// stats when the batch is delivered.
+    pub(crate) skipped: Vec<(std::path::PathBuf, String)>,
     /// The device slot of a device loader's batch (never in the pool).
     pub(crate) staged: Option<Staged>,
 }
@@ -337,6 +343,8 @@ impl BatchParts {
             storage: BatchStorage::new(dtype, batch_size * sample_len),
             labels: Vec::with_capacity(batch_size),
             indices: Vec::with_capacity(batch_size),
+            padded: Vec::with_capacity(batch_size),
+            skipped: Vec::new(),
             staged: None,
         }
     }

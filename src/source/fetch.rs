@@ -45,11 +45,19 @@ pub(crate) enum TryClaim {
     Done,
 }
 
+/// The epoch's plan as a fetcher sees it: the dataset index at each position.
+pub(crate) trait Positions: Sync {
+    /// The dataset index at plan position `seq`.
+    fn at(&self, seq: usize) -> u32;
+    /// Positions in the plan.
+    fn len(&self) -> usize;
+}
+
 /// What a fetcher works with: where it claims positions, the epoch's plan, the source's index,
 /// the byte budget, the largest file it may read, and where the bytes go.
 pub(crate) struct Fetch<'a> {
     pub(crate) claims: &'a dyn Claims,
-    pub(crate) plan: &'a [u32],
+    pub(crate) plan: &'a dyn Positions,
     pub(crate) index: &'a FileIndex,
     pub(crate) budget: &'a ByteBudget,
     pub(crate) limit: u64,

@@ -798,7 +798,7 @@ impl ParquetIndex {
         let mut name = PathBuf::new();
         let mean = self.mean_len().unwrap_or(0).max(1);
         while let Some(seq) = f.claims.claim() {
-            let index = f.plan[seq];
+            let index = f.plan.at(seq);
             f.index.path_into(index as usize, &mut name);
             // The size is known once read: reserve the mean, then the real size.
             if !f.budget.acquire(mean, &cancelled) {

@@ -467,7 +467,7 @@ impl ObjectIndex {
                             finished = true;
                             break;
                         };
-                        let index = f.plan[seq] as usize;
+                        let index = f.plan.at(seq) as usize;
                         let size = match objects.stamps[index].0 {
                             0 => UNKNOWN_SIZE,
                             n => n.min(limit),
@@ -487,7 +487,7 @@ impl ObjectIndex {
                     pending = Some((seq, size));
                     break;
                 }
-                let index = f.plan[seq];
+                let index = f.plan.at(seq);
                 let key = objects.key(f.index, index as usize);
                 let st = store.clone();
                 inflight.push(Box::pin(async move {

@@ -183,20 +183,25 @@ pub fn simd_kernels() -> &'static str {
     crate::simd::kernels_name()
 }
 
-/// Pushes `n` items through a shuffle buffer of `capacity` and drains it; returns a checksum.
-pub fn shuffle_buffer(n: u32, capacity: usize, seed: u64) -> u64 {
-    let mut b =
-        crate::shuffle::ShuffleBuffer::new(capacity, crate::rng::Rng::for_stage(seed, 0, 0));
-    let mut sum = 0u64;
-    for i in 0..n {
-        if let Some(x) = b.push(i) {
-            sum = sum.wrapping_mul(31).wrapping_add(u64::from(x));
-        }
-    }
-    while let Some(x) = b.drain_one() {
-        sum = sum.wrapping_mul(31).wrapping_add(u64::from(x));
-    }
-    sum
+/// Walks one epoch's order over `n` samples and returns a checksum: read at random
+/// (`shard == 0`), or as streams of `shard` samples mixed within blocks of `block`.
+pub fn epoch_order(n: u32, shard: u32, block: usize, seed: u64) -> u64 {
+    let settings = crate::shuffle::ShuffleSettings {
+        enabled: true,
+        buffer: Some(block),
+        streamed: shard > 0,
+    };
+    let order = if shard == 0 {
+        crate::shuffle::Order::random(n as usize, &settings, seed, 0)
+    } else {
+        let streams: Vec<std::ops::Range<u32>> = (0..n.div_ceil(shard))
+            .map(|s| s * shard..((s + 1) * shard).min(n))
+            .collect();
+        crate::shuffle::Order::streams(&streams, 1, &settings, seed, 0)
+    };
+    (0..order.len()).fold(0u64, |sum, q| {
+        sum.wrapping_mul(31).wrapping_add(u64::from(order.at(q)))
+    })
 }
 
 /// Batches of 64 of the test photographs (`testdata/photos`, 160×160, `dtype`), epoch after

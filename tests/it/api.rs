@@ -65,21 +65,21 @@ fn the_size_hint_bounds_the_batches_left() {
 }
 
 /// A state records fingerprints of the source and of the settings that order the epoch: a
-/// loader over another source, or with another shuffle buffer or padding, refuses it by name.
+/// loader over another source, or with another order (unshuffled) or padding, refuses it by name.
 #[test]
 fn a_state_from_another_source_or_plan_is_refused_by_name() {
     let source = subset(&corpus_source(), 12);
-    let build = |s: Source, buffer: usize, padding: ShardPadding| {
+    let build = |s: Source, shuffled: bool, padding: ShardPadding| {
         Loader::builder(s)
             .batch_size(2)
             .image_size(8)
-            .shuffle_buffer(buffer)
+            .shuffle(shuffled)
             .shard_padding(padding)
             .seed(3)
             .build()
             .unwrap()
     };
-    let loader = build(source.clone(), 0, ShardPadding::EqualBatches);
+    let loader = build(source.clone(), true, ShardPadding::EqualBatches);
     let mut batches = loader.epoch(1);
     batches.next().unwrap().unwrap();
     let state = batches.state();
@@ -93,13 +93,13 @@ fn a_state_from_another_source_or_plan_is_refused_by_name() {
     let refused = |l: &Loader| l.resume(&parsed).next().unwrap().unwrap_err().to_string();
     let e = refused(&build(
         subset(&corpus_source(), 11),
-        0,
+        true,
         ShardPadding::EqualBatches,
     ));
     assert!(e.contains("another source"), "{e}");
-    let e = refused(&build(source.clone(), 100, ShardPadding::EqualBatches));
+    let e = refused(&build(source.clone(), false, ShardPadding::EqualBatches));
     assert!(e.contains("other settings that order the epoch"), "{e}");
-    let e = refused(&build(source.clone(), 0, ShardPadding::Drop));
+    let e = refused(&build(source.clone(), true, ShardPadding::Drop));
     assert!(e.contains("other settings"), "{e}");
     // A line without fingerprints (or with the command line's former `plan=`) is taken as is.
     let old = "imagefeed-state-v1 seed=3 epoch=1 position=2 rank=0 world_size=1 plan=00ff";

@@ -111,35 +111,33 @@ fn resuming_at_the_same_world_size_lets_any_rank_continue_its_own_share() {
 }
 
 #[test]
-fn tar_shards_resume_at_another_world_size_once_an_epoch() {
+fn tar_shards_resume_at_any_world_size_with_the_shuffle_as_often_as_asked() {
     let list = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_shards(&list, dir.path(), 10, Some(1)).unwrap();
     let shards = Source::open(dir.path()).unwrap();
-    let no_buffer = |b: LoaderBuilder| b.shuffle_buffer(0);
-    let (mut delivered, _, states) = run_ranks(&shards, 2, &no_buffer, None, Some(3));
-    let (first, counts, resumed) = run_ranks(&shards, 3, &no_buffer, Some(&states[1]), Some(1));
-    assert!(counts.iter().all(|&c| c == 1));
-    delivered.extend(first);
-    // The rest at the same world size again: fine.
-    let (rest, counts, _) = run_ranks(&shards, 3, &no_buffer, Some(&resumed[0]), None);
-    assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
-    let mut all = delivered.clone();
-    all.extend(rest);
-    once_each(&all, 64, "tar shards, 2 ranks then 3");
-    // A second change of world size in the same epoch is refused by name.
-    let loader = no_buffer(builder(&shards, 0, 2)).build().unwrap();
-    let err = loader.resume(&resumed[0]).next().unwrap().unwrap_err();
-    assert!(err.to_string().contains("once"), "{err}");
-    // So is any change with a sample shuffle buffer (the buffers' samples are not in the
-    // state); the same world size resumes.
-    let buffered = |b: LoaderBuilder| b.shuffle_buffer(8);
-    let (_, _, states) = run_ranks(&shards, 2, &buffered, None, Some(2));
-    let loader = buffered(builder(&shards, 0, 4)).build().unwrap();
-    let err = loader.resume(&states[0]).next().unwrap().unwrap_err();
-    assert!(err.to_string().contains("shuffle buffer"), "{err}");
-    let loader = buffered(builder(&shards, 1, 2)).build().unwrap();
-    assert!(loader.resume(&states[0]).all(|b| b.is_ok()));
+    // The default order (shards shuffled, samples mixed within blocks), and a small block.
+    let default = |b: LoaderBuilder| b;
+    let block = |b: LoaderBuilder| b.shuffle_buffer(8);
+    let tunings: [(&str, &dyn Fn(LoaderBuilder) -> LoaderBuilder); 2] =
+        [("default order", &default), ("blocks of 8", &block)];
+    for (name, tune) in tunings {
+        // 2 ranks, then 3, then 2 again, then 1 for the rest: four world sizes in one epoch.
+        let (mut delivered, _, states) = run_ranks(&shards, 2, tune, None, Some(3));
+        let (first, counts, resumed) = run_ranks(&shards, 3, tune, Some(&states[1]), Some(1));
+        assert!(counts.iter().all(|&c| c == 1), "{name}: {counts:?}");
+        delivered.extend(first);
+        let (second, counts, again) = run_ranks(&shards, 2, tune, Some(&resumed[2]), Some(1));
+        assert!(counts.iter().all(|&c| c == 1), "{name}: {counts:?}");
+        delivered.extend(second);
+        let (rest, _, _) = run_ranks(&shards, 1, tune, Some(&again[0]), None);
+        delivered.extend(rest);
+        once_each(
+            &delivered,
+            64,
+            &format!("tar shards, {name}: 2, 3, 2 then 1 rank"),
+        );
+    }
 }
 
 #[test]
@@ -165,13 +163,10 @@ fn states_of_ranks_at_different_steps_do_not_agree() {
 #[test]
 fn a_resumed_state_keeps_its_split_in_its_one_line() {
     let state: LoaderState = "imagefeed-state-v1 seed=1 epoch=2 position=8 rank=0 world_size=4 \
-                              source=00000000000000ab settings=00000000000000cd base=96 prior=2x12"
+                              source=00000000000000ab settings=00000000000000cd base=96 order=2"
         .parse()
         .unwrap();
-    assert_eq!(
-        (state.base, state.prior_world_size, state.prior_position),
-        (96, 2, 12)
-    );
+    assert_eq!((state.base, state.order_world_size), (96, 2));
     let line = state.to_string();
     assert!(!line.contains('\n') && line.len() < 200, "{line}");
     assert_eq!(line.parse::<LoaderState>().unwrap(), state);

@@ -14,8 +14,9 @@ pub(crate) struct BenchArgs {
     /// Decode threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub(crate) threads: usize,
-    /// Bounded shuffle buffer, in samples (default: 0 for files, whose permutation already
-    /// shuffles; 1000 for tar shards, read in order within each shard).
+    /// Samples mixed at once (default: 4096 for tar shards, TFRecord and parquet, whose shards
+    /// are shuffled and their samples mixed within blocks of this many; files are permuted
+    /// whole). 0 or 1 keeps each shard's samples in order. Holds no samples in memory.
     #[arg(long)]
     pub(crate) shuffle_buffer: Option<usize>,
     /// Ready batches queued ahead of the consumer.
@@ -106,7 +107,9 @@ pub(crate) struct BenchArgs {
     /// How ranks get equal batch counts: equal-batches (every sample once, plus a repeated sample on a short rank only where batch counts would differ), repeat or drop.
     #[arg(long, value_enum, default_value_t = PaddingArg::EqualBatches)]
     pub(crate) shard_padding: PaddingArg,
-    /// Write the dataset index of every delivered sample, one a line, in delivery order.
+    /// Write the dataset index of every delivered sample, one a line, in delivery order; a
+    /// padding copy (a stand-in for a skipped sample under sharding, or a repeat that evens out
+    /// the ranks' shares) is written `INDEX padded`.
     #[arg(long)]
     pub(crate) indices_out: Option<PathBuf>,
     /// Stop after this many batches (of the first epoch run) and write the loader state to

@@ -6,7 +6,7 @@ use clap::Parser;
 use imagefeed::tools::procinfo;
 use imagefeed::{
     Device, JpegDecoder, Layout, Loader, LoaderBuilder, LoaderState, OnError, ShardPadding, Source,
-    SourceKind, Transform,
+    Transform,
 };
 
 use crate::args::{
@@ -184,10 +184,6 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     }
 
     let source = Source::open(&a.source)?;
-    let default_shuffle_buffer = match source.kind() {
-        SourceKind::TarShards | SourceKind::TfRecord | SourceKind::Parquet => 1000,
-        _ => 0,
-    };
     if a.max_skipped.is_some() && matches!(a.on_error, OnErrorArg::Fail) {
         eprintln!(
             "imagefeed: warning: --max-skipped applies with --on-error skip only; ignored (with \
@@ -205,7 +201,6 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     let mut builder = sample_settings(a, transform, Loader::builder(source))
         .batch_size(a.batch_size)
         .decode_threads(a.threads)
-        .shuffle_buffer(a.shuffle_buffer.unwrap_or(default_shuffle_buffer))
         .shuffle(!a.no_shuffle)
         .prefetch(a.prefetch)
         .readahead(a.readahead)
@@ -213,6 +208,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .dtype(dtype_of(a.dtype))
         .on_error(on_error)
         .device(parse_device(&a.device)?);
+    if let Some(n) = a.shuffle_buffer {
+        builder = builder.shuffle_buffer(n);
+    }
     if let Some(l) = a.host_memory_limit {
         builder = builder.host_memory_limit(l);
     }
@@ -312,8 +310,12 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             // A GPU batch counts once it is in device memory.
             device_wait += imagefeed::tools::gpu::wait_ready(&batch)?;
             if let Some(out) = indices_out.as_mut() {
-                for i in batch.indices() {
-                    writeln!(out, "{i}")?;
+                for (i, &copy) in batch.indices().iter().zip(batch.padded()) {
+                    if copy {
+                        writeln!(out, "{i} padded")?;
+                    } else {
+                        writeln!(out, "{i}")?;
+                    }
                 }
             }
             delivered += 1;
@@ -351,6 +353,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "epoch": epoch,
             "images": s.images,
             "skipped": s.skipped,
+            "padded": s.padded,
             "seconds": s.seconds,
             "images_per_sec": s.images_per_sec(),
             "peak_rss_bytes": peak,

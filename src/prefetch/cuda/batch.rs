@@ -243,6 +243,8 @@ pub struct OwnedCudaBatch {
     pub labels: Vec<u32>,
     /// The dataset index of each image.
     pub indices: Vec<u64>,
+    /// Whether each image is a padding copy ([`Batch::padded`](crate::Batch::padded)).
+    pub padded: Vec<bool>,
     /// `[n, height, width, 3]` (NHWC) or `[n, 3, height, width]` (NCHW).
     pub shape: [usize; 4],
     /// The epoch.

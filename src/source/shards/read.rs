@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::{cls_label, ShardLocation, TarIndex, BLOCK};
 use crate::error::Error;
-use crate::source::fetch::{Fetch, Fetched};
+use crate::source::fetch::{Fetch, Fetched, Positions};
 
 /// Fetched bytes held at once for local tar shards (remote ones use
 /// `RemoteOptions::max_bytes_in_flight`).
@@ -284,7 +284,7 @@ impl TarIndex {
         // Where the current run of consecutive samples of one shard ends (plan position, byte).
         let mut run: Option<(usize, u64)> = None;
         while let Some(seq) = f.claims.claim() {
-            let index = f.plan[seq];
+            let index = f.plan.at(seq);
             let (_, _, len) = tar.locate(index as usize);
             let name = f.index.path(index as usize);
             let bytes = if len > limit {
@@ -331,11 +331,13 @@ impl TarIndex {
 
 /// The run of plan positions from `seq` whose samples follow each other in one shard: returns
 /// the position after the run and the byte where the run's last sample ends.
-fn run_of(plan: &[u32], tar: &TarIndex, seq: usize) -> (usize, u64) {
-    let (shard, _, mut end) = tar.span(plan[seq] as usize);
+fn run_of(plan: &dyn Positions, tar: &TarIndex, seq: usize) -> (usize, u64) {
+    let (shard, _, mut end) = tar.span(plan.at(seq) as usize);
     let mut k = seq + 1;
-    while k < plan.len() && plan[k] == plan[k - 1].wrapping_add(1) {
-        let (s, first, last) = tar.span(plan[k] as usize);
+    let mut previous = plan.at(seq);
+    while k < plan.len() && plan.at(k) == previous.wrapping_add(1) {
+        previous = plan.at(k);
+        let (s, first, last) = tar.span(previous as usize);
         if s != shard || first < end {
             break;
         }

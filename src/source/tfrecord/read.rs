@@ -251,7 +251,7 @@ impl TfRecordIndex {
         let mut cursor = Cursor::default();
         let mut name = std::path::PathBuf::new();
         while let Some(seq) = f.claims.claim() {
-            let index = f.plan[seq];
+            let index = f.plan.at(seq);
             let (_, _, len) = self.locate(index as usize);
             f.index.path_into(index as usize, &mut name);
             let held = len.min(f.limit);
