@@ -62,7 +62,8 @@ pub struct MemoryBudget {
     /// only. Lower `max_pixels` to lower it.
     pub large_image_bytes: u64,
     /// Batches: the prefetch queue, the one being filled, one spare in the pool and the one the
-    /// consumer holds; for a GPU, also `prefetch + 2` pinned staging buffers of one batch each
+    /// consumer holds (and one the batcher holds back for an unsharded loader that skips
+    /// samples and drops the epoch's remainder); for a GPU, also `prefetch + 2` pinned staging buffers of one batch each
     /// (`u8` when the GPU normalizes).
     pub batch_bytes: u64,
     /// Encoded bytes fetched ahead of the decoders, for tar shards and object storage (0 for
@@ -161,7 +162,7 @@ impl MemoryBudget {
             large_shared_bytes: share.max(LARGE_SHARED_BYTES),
             large_image_bytes: cfg.decode.large_image_bytes(),
             batch_bytes: (cfg.tuning.max_prefetch() as u64)
-                .saturating_add(3)
+                .saturating_add(3 + cfg.held_batches() as u64)
                 .saturating_mul(batch)
                 .saturating_add(pinned_bytes(cfg)),
             fetch_bytes: fetch_typical,

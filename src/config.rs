@@ -33,6 +33,22 @@ pub(crate) struct Config {
     pub(crate) host_memory_limit: Option<u64>,
     /// A test hook: the decode thread panics on this dataset index.
     pub(crate) panic_on_index: Option<u64>,
+    /// A test hook: which samples fail to read from the source, and how.
+    pub(crate) failures: Option<FailureHook>,
+}
+
+/// A test hook (`LoaderBuilder::inject_failures`, behind `__testing`): for (epoch, dataset
+/// index), `Some(true)` makes reading the sample from the source fail as undecodable bytes do,
+/// `Some(false)` as a transient I/O error does.
+#[derive(Clone)]
+pub(crate) struct FailureHook(
+    pub(crate) std::sync::Arc<dyn Fn(u64, u64) -> Option<bool> + Send + Sync>,
+);
+
+impl std::fmt::Debug for FailureHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailureHook")
+    }
 }
 
 impl Config {
@@ -59,6 +75,17 @@ impl Config {
         self.shard.validate(len)?;
         self.decode.validate()?;
         Ok(())
+    }
+
+    /// Batch buffers the batcher may hold beyond the one it fills: one where an unsharded
+    /// loader that skips samples drops the epoch's remainder (it holds a full batch until the
+    /// next one fills, to know which is the epoch's last; `pipeline/batch_loop.rs`).
+    pub(crate) fn held_batches(&self) -> usize {
+        usize::from(
+            self.shard.world_size <= 1
+                && matches!(self.on_error, OnError::Skip { .. })
+                && self.output.drop_remainder,
+        )
     }
 
     /// What the resize produces.

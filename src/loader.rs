@@ -176,6 +176,7 @@ impl Loader {
                 stats: self.stats.clone(),
                 state: *state,
                 remaining: 0,
+                end: state.position,
             },
         }
     }
@@ -203,6 +204,10 @@ impl Loader {
             .batches_of(crate::pipeline::split_len(&self.source, split))
             .saturating_sub(position / self.cfg.output.batch_size);
         let world_size = self.cfg.shard.world_size;
+        let end = crate::pipeline::end_position(
+            &self.cfg,
+            crate::pipeline::split_len(&self.source, split),
+        );
         let split = Split {
             order_world: if split.order_world == 0 {
                 world_size
@@ -257,6 +262,7 @@ impl Loader {
                 stats: self.stats.clone(),
                 state,
                 remaining,
+                end,
             },
             Err(e) => Batches {
                 running: None,
@@ -265,6 +271,7 @@ impl Loader {
                 stats: self.stats.clone(),
                 state,
                 remaining: 0,
+                end,
             },
         }
     }
@@ -288,6 +295,12 @@ impl Loader {
                     .map(Arc::new)
             })
             .clone()
+    }
+
+    /// The loader's settings.
+    #[cfg(feature = "__testing")]
+    pub(crate) fn config(&self) -> &Config {
+        &self.cfg
     }
 
     /// The host memory this loader may hold, computed from its settings.
@@ -372,11 +385,15 @@ pub struct Batches {
     state: LoaderState,
     /// Batches still to come if no sample is skipped.
     remaining: usize,
+    /// The position of the epoch's end, which the state records once the epoch is over
+    /// (even where its last samples failed and no batch followed them).
+    end: u64,
 }
 
 impl Batches {
-    /// The loader's position after the last batch this iterator delivered: save it with a
-    /// training checkpoint and pass it to [`Loader::resume`] to continue from there.
+    /// The loader's position after the last batch this iterator delivered (once the iterator
+    /// has ended, the end of the epoch): save it with a training checkpoint and pass it to
+    /// [`Loader::resume`] to continue from there.
     pub fn state(&self) -> LoaderState {
         self.state
     }
@@ -451,6 +468,9 @@ impl Iterator for Batches {
                 // The batcher finished (or died): the epoch is over.
                 let panicked = self.shut_down();
                 self.stats.finish();
+                if panicked.is_none() {
+                    self.state.position = self.end;
+                }
                 if let (None, Some(mut tuner)) = (&panicked, self.tuner.take()) {
                     // The rest of the epoch since the last retune sets the next epoch off.
                     tuner.finish(&self.stats);

@@ -19,6 +19,17 @@ impl LoaderBuilder {
         self
     }
 
+    /// Testing aid: which samples fail when read from the source, as a function of (epoch,
+    /// dataset index): `Some(true)` as undecodable bytes do (a permanent failure, which a
+    /// cache records), `Some(false)` as a transient I/O error does (never recorded).
+    pub fn inject_failures(
+        mut self,
+        f: impl Fn(u64, u64) -> Option<bool> + Send + Sync + 'static,
+    ) -> Self {
+        self.cfg.failures = Some(crate::config::FailureHook(std::sync::Arc::new(f)));
+        self
+    }
+
     /// Testing aid: pretend the cache's file system has this many bytes free.
     pub fn simulate_cache_free_space(mut self, bytes: u64) -> Self {
         self.cfg.cache.free_space_override = Some(bytes);
@@ -27,6 +38,13 @@ impl LoaderBuilder {
 }
 
 impl Loader {
+    /// Testing aid: epoch `epoch`'s global order (every position's dataset index), laid out
+    /// for `world` ranks where the source is read as streams.
+    pub fn global_order(&self, epoch: u64, world: usize) -> Vec<u32> {
+        let order = crate::pipeline::global_order(self.config(), self.source(), epoch, world);
+        (0..order.len()).map(|q| order.at(q)).collect()
+    }
+
     /// Testing aid: the device slot ring's `(capacity, created, free)` slots (zeros without a
     /// ring).
     pub fn device_slots(&self) -> (usize, usize, usize) {

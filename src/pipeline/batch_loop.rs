@@ -12,10 +12,12 @@
 //! by step, failures or not (`pipeline/plan.rs` relies on it).
 //!
 //! A batch records the position after its last slot; the run's last batch records the end of
-//! the epoch ([`super::plan::end_position`]) and carries the skips after its last slot. To
-//! know which batch is the last, a full batch is held until the next slot arrives (the
-//! sample after it, a moment later) or the plan ends; no buffer is held for it (the next batch
-//! takes its buffer only when it fills).
+//! the epoch ([`super::plan::end_position`]) and carries the skips after its last slot. Where
+//! every position is a slot (sharded, or under [`OnError::Fail`]) the positions left say
+//! whether a batch is the last. An unsharded loader that skips cannot know that before the
+//! samples after it are loaded, so it holds a full batch until the next slot arrives (or,
+//! with `drop_remainder`, until the next batch fills) or the plan ends: one batch buffer more
+//! in the second case, which the memory budget counts.
 //!
 //! [`Batch::padded`]: crate::Batch::padded
 
@@ -57,10 +59,12 @@ impl Sink<'_> {
     /// Writes one slot: the sample at run position `k` (`padded`: a padding copy). `false`:
     /// the consumer is gone.
     fn slot(&mut self, pixels: Vec<u8>, index: u32, padded: bool, k: usize) -> bool {
-        // A held batch is not the epoch's last: a slot follows it.
-        if let Some((parts, position)) = self.held.take() {
-            if !self.send(parts, position) {
-                return false;
+        // Without `drop_remainder` a held batch is not the epoch's last once a slot follows.
+        if !self.job.output.drop_remainder {
+            if let Some((parts, position)) = self.held.take() {
+                if !self.send(parts, position) {
+                    return false;
+                }
             }
         }
         self.batch_skips.append(&mut self.skips);
@@ -68,10 +72,33 @@ impl Sink<'_> {
         let full = self.timed(|batcher, fresh, recycle| {
             batcher.add(pixels, (label, u64::from(index), padded), fresh, recycle)
         });
-        if let Some(mut parts) = full {
-            parts.skipped = std::mem::take(&mut self.batch_skips);
-            self.held = Some((parts, (self.job.offset + k + 1) as u64));
+        let Some(mut parts) = full else {
+            return true;
+        };
+        parts.skipped = std::mem::take(&mut self.batch_skips);
+        let position = (self.job.offset + k + 1) as u64;
+        if self.job.exact_slots {
+            // Every position left is a slot: whether another batch follows is known now.
+            let left = self.epoch.plan.len() - (k + 1);
+            let last = if self.job.output.drop_remainder {
+                left < self.format.batch_size
+            } else {
+                left == 0
+            };
+            if last {
+                // Held until the plan ends: it carries the skips of the positions after it.
+                self.held = Some((parts, self.job.end_position));
+                return true;
+            }
+            return self.send(parts, position);
         }
+        // With `drop_remainder`, a held batch is not the last once another fills.
+        if let Some((held, at)) = self.held.take() {
+            if !self.send(held, at) {
+                return false;
+            }
+        }
+        self.held = Some((parts, position));
         true
     }
 

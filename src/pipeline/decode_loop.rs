@@ -211,6 +211,23 @@ fn decode(
     target: Target,
     out: &mut [u8],
 ) -> Result<(), Error> {
+    if let Some(hook) = &job.failures {
+        match (hook.0)(epoch.number, u64::from(index)) {
+            Some(true) => {
+                return Err(Error::decode(
+                    path,
+                    crate::error::DecodeFailure("injected: undecodable bytes".into()),
+                ))
+            }
+            Some(false) => {
+                return Err(Error::io(
+                    path,
+                    std::io::Error::other("injected: a transient I/O error"),
+                ))
+            }
+            None => {}
+        }
+    }
     match input {
         Input::File => decoder.load_file(path, geom, target, &job.gate, out),
         Input::Bytes(bytes) => decoder.load_bytes(bytes, path, geom, target, &job.gate, out),

@@ -86,6 +86,8 @@ use batch_loop::batch_loop;
 use decode_loop::decode_loop;
 use fetch::fetch_loop;
 use handoff::handoff;
+#[cfg(feature = "__testing")]
+pub(crate) use plan::global_order;
 pub(crate) use plan::{end_position, plan_len, resplit, split_len, Plan, Split};
 pub(crate) use window::Window;
 
@@ -122,6 +124,8 @@ pub(crate) struct DecodeJob {
     pub(crate) base_side: Option<u32>,
     /// A test hook: panic on this dataset index.
     pub(crate) panic_on_index: Option<u64>,
+    /// A test hook: samples whose read fails.
+    pub(crate) failures: Option<crate::config::FailureHook>,
     pub(crate) gate: Arc<LargeGate>,
     pub(crate) cache: Option<Arc<Cache>>,
     /// `u8` sample buffers, recycled by the batcher.
@@ -137,6 +141,8 @@ pub(crate) struct BatchJob {
     pub(crate) on_error: OnError,
     /// Ranks share the epoch: a skipped sample is replaced so that batch counts stay equal.
     pub(crate) sharded: bool,
+    /// Every plan position gives one slot of a batch (sharded, or no sample is skipped).
+    pub(crate) exact_slots: bool,
     /// Autotune may change the prefetch depth while the epoch runs.
     pub(crate) autotune: bool,
     /// Threads that write normalized samples into batch buffers in parallel.
@@ -181,7 +187,7 @@ impl Pools {
             // consumer that keeps the previous batch while asking for the next), so a returned
             // batch is never freed and a new one never allocated in steady state: the
             // `prefetch + 3` batches of the memory budget.
-            batches: bounded(cfg.tuning.max_prefetch() + 3),
+            batches: bounded(cfg.tuning.max_prefetch() + 3 + cfg.held_batches()),
             decoders: Arc::new(Mutex::new(Vec::new())),
             readahead: Arc::new(readahead::Worker::default()),
             batches_filled: Arc::new(std::sync::Once::new()),
@@ -206,7 +212,7 @@ impl Pools {
         }
         self.batches_filled.call_once(|| {
             let format = cfg.output.format();
-            for _ in 0..cfg.tuning.prefetch + 3 {
+            for _ in 0..cfg.tuning.prefetch + 3 + cfg.held_batches() {
                 let parts =
                     BatchParts::new(format.dtype, format.batch_size, cfg.output.sample_len());
                 if self.batches.0.try_send(parts).is_err() {
@@ -308,6 +314,7 @@ pub(crate) fn start(
             seed: cfg.seed,
             base_side: cfg.cache_base_side(),
             panic_on_index: cfg.panic_on_index,
+            failures: cfg.failures.clone(),
             gate,
             cache: cache.clone(),
             samples: pools.samples.clone(),
@@ -318,6 +325,7 @@ pub(crate) fn start(
             output: cfg.output.clone(),
             on_error: cfg.on_error,
             sharded: cfg.shard.world_size > 1,
+            exact_slots: cfg.shard.world_size > 1 || !matches!(cfg.on_error, OnError::Skip { .. }),
             autotune: cfg.tuning.autotune,
             normalize_pool,
             staging,

@@ -133,7 +133,7 @@ pub(crate) fn field(out: &mut Vec<u8>, n: u64, body: &[u8]) {
 }
 
 /// A serialized `tf.train.Example` of `(key, bytes or int64)` features.
-fn example(features: &[(&str, Result<&[u8], i64>)]) -> Vec<u8> {
+pub(crate) fn example(features: &[(&str, Result<&[u8], i64>)]) -> Vec<u8> {
     let mut map = Vec::new();
     for (key, value) in features {
         let (kind, mut list) = (if value.is_ok() { 1 } else { 3 }, Vec::new());
@@ -163,7 +163,7 @@ fn masked(data: &[u8]) -> u32 {
 }
 
 /// TFRecord framing of `payloads`.
-fn framed(payloads: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn framed(payloads: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in payloads {
         let len = (p.len() as u64).to_le_bytes();
@@ -422,7 +422,7 @@ fn a_tfrecord_without_the_image_key_is_a_bad_sample_and_unlabelled_files_get_lab
 
 // ---- parquet files written here ----
 
-mod pq {
+pub(crate) mod pq {
     use std::sync::Arc;
 
     use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
@@ -431,10 +431,10 @@ mod pq {
     use parquet::schema::parser::parse_message_type;
 
     /// A row: the image bytes (`None`: null) and the label (`None`: null).
-    pub(super) type Row = (Option<Vec<u8>>, Option<i64>);
+    pub(crate) type Row = (Option<Vec<u8>>, Option<i64>);
 
     /// Writes `groups` of rows in the `datasets` layout (`label` omitted if `labels` is false).
-    pub(super) fn write(path: &std::path::Path, groups: &[Vec<Row>], labels: bool) {
+    pub(crate) fn write(path: &std::path::Path, groups: &[Vec<Row>], labels: bool) {
         let schema = if labels {
             "message schema { optional group image { optional binary bytes; optional binary path (STRING); } optional int64 label; }"
         } else {

@@ -9,6 +9,7 @@ mod api;
 mod cache;
 mod cluster;
 mod common;
+mod contract;
 mod decode;
 mod elastic;
 mod errors;
