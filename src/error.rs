@@ -171,6 +171,16 @@ impl Error {
         matches!(&*self.0, ErrorKind::Io { .. } | ErrorKind::Decode { .. })
     }
 
+    /// Whether the error is a property of the sample's bytes, the same every time they are
+    /// read: undecodable data, an unknown format, a size over the limits
+    /// ([`ErrorKind::Decode`]). An on-disk cache records only these; any I/O error (a
+    /// permission, a full table of open files, a network file system's stale handle, a store
+    /// that did not answer) fails or skips the sample in this epoch only, and the next epoch
+    /// reads it again.
+    pub fn is_permanent(&self) -> bool {
+        matches!(&*self.0, ErrorKind::Decode { .. })
+    }
+
     /// The cause without the path, for recording a failed sample.
     pub(crate) fn reason(&self) -> String {
         match &*self.0 {

@@ -30,6 +30,12 @@ impl LoaderBuilder {
         self
     }
 
+    /// Testing aid: the next `n` commits of the cache fail (as an `fsync` or a rename can).
+    pub fn fail_cache_commits(mut self, n: u64) -> Self {
+        self.cfg.cache.failing_commits = Some(std::sync::Arc::new(n.into()));
+        self
+    }
+
     /// Testing aid: pretend the cache's file system has this many bytes free.
     pub fn simulate_cache_free_space(mut self, bytes: u64) -> Self {
         self.cfg.cache.free_space_override = Some(bytes);

@@ -251,7 +251,6 @@ pub(crate) fn encode_record_header(
 
 /// Checks and decodes record bytes (`RECORD_HEADER_LEN + sample_len`), as [`read_record`]
 /// checks what it reads. `Err` says what is wrong, for a `CorruptCache` error.
-#[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn decode_record(bytes: &[u8], index: u32, sample_len: usize) -> Result<Sample, String> {
     if bytes.len() < RECORD_HEADER_LEN + sample_len {
         return Err("record shorter than its length".into());
@@ -269,14 +268,33 @@ pub(crate) fn decode_record(bytes: &[u8], index: u32, sample_len: usize) -> Resu
     )
 }
 
-/// A stamp of the machine's current boot: xxh3-128 of `/proc/sys/kernel/random/boot_id`
-/// (Linux), zeros elsewhere. A file still filling records the boot it was created in: after a
-/// machine crash, its presence bytes may have reached the disk while the records they mark did
-/// not (only the commit's `fsync` orders them), so a file from another boot is started afresh.
+/// A stamp of the machine's current boot: xxh3-128 of `/proc/sys/kernel/random/boot_id`, or
+/// where that cannot be read, of the boot time in `/proc/stat` (`btime`). A file still filling
+/// records the boot it was created in: after a machine crash, its presence bytes may have
+/// reached the disk while the records they mark did not (only the commit's `fsync` orders
+/// them), so a file from another boot is started afresh. Where neither can be read (not
+/// Linux), the guard is off, and the loader says so once.
 pub(crate) fn boot_stamp() -> [u8; 16] {
-    std::fs::read("/proc/sys/kernel/random/boot_id")
-        .map(|id| xxhash_rust::xxh3::xxh3_128(&id).to_le_bytes())
-        .unwrap_or([0; 16])
+    static STAMP: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    *STAMP.get_or_init(|| {
+        let id = std::fs::read("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .filter(|id| !id.is_empty())
+            .or_else(|| {
+                let stat = std::fs::read_to_string("/proc/stat").ok()?;
+                let line = stat.lines().find(|l| l.starts_with("btime "))?;
+                Some(line.as_bytes().to_vec())
+            });
+        match id {
+            Some(id) => xxhash_rust::xxh3::xxh3_128(&id).to_le_bytes(),
+            None => {
+                log::warn!(
+                    "imagefeed cannot tell this boot from the last (no /proc/sys/kernel/random/boot_id or /proc/stat): a cache file left filling by a machine crash is not detected; delete PATH.partial after a crash"
+                );
+                [0; 16]
+            }
+        }
+    })
 }
 
 /// The boot stamp recorded in a header page.

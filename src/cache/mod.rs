@@ -17,10 +17,13 @@
 //!   sample; an absent one is decoded and written.
 //! - A record is written payload first, then its header (status, label, index, checksum),
 //!   then its presence byte: a process killed at any point leaves the record absent or whole.
-//!   A present record that fails its checksum while the file fills is taken as absent, and
-//!   decoded and written again.
-//! - Samples that fail to load are recorded as failures, so a skipped sample is skipped the
-//!   same way in every epoch.
+//!   A present record that fails its checksum while the file fills is marked absent (its
+//!   presence byte cleared first), then decoded and written again.
+//! - A sample whose bytes cannot be decoded (undecodable data, an unknown format, a size over
+//!   the limits: [`Error::is_permanent`]) is recorded as a failure, so it is skipped the same
+//!   way in every epoch. A sample that could not be *read* (any I/O error: a permission, a
+//!   full table of open files, a stale NFS handle) is never recorded: the next epoch reads it
+//!   again, and the cache completes once it has been read.
 //! - **Concurrent writers** are the ranks of a node (or several jobs) given the same path.
 //!   Their records are disjoint within an epoch (the ranks' shares are); where two processes
 //!   write the same record (ranks in different epochs), they write the same bytes, because a
@@ -39,11 +42,16 @@
 //!
 //! At the end of each epoch, and at the start of the next, a filling process reads the presence
 //! map again. When every record is present it takes the lock and, if `PATH.partial` is still the
-//! file it filled and still has every record: `fsync`s it, writes the completion footer,
-//! `fsync`s again and renames it to `PATH` (then `fsync`s the folder). A crash or kill at any
-//! moment leaves no `PATH`, or the previous complete one, or the new complete one. Other
-//! processes filling the same file keep reading it through their open descriptor (the rename
-//! keeps the inode); at their next epoch they open `PATH`.
+//! file it filled and still has every record: reads every record back and checks it (a record
+//! that fails is marked absent and the commit waits for it to be written again), `fsync`s the
+//! file, writes the completion footer, `fsync`s again and renames it to `PATH` (then `fsync`s
+//! the folder). A crash or kill at any moment leaves no `PATH`, or the previous complete one,
+//! or the new complete one. A commit that fails (an `fsync`, the footer or the rename) is
+//! logged and tried again at the next epoch's start or end; the epoch it ends is not failed.
+//! Other processes filling the same file keep reading it through their open descriptor (the
+//! rename keeps the inode); at their next epoch they open `PATH`. A process that starts its
+//! epoch while another commits looks for `PATH` again once it holds the lock, so it opens the
+//! complete file instead of creating a second `PATH.partial` (or asking for the space of one).
 //!
 //! ## Reading a complete cache
 //!
@@ -65,14 +73,17 @@
 //! that does not match, or was created before the machine last booted (its presence bytes may
 //! have reached the disk before the records they mark), is replaced by a new file renamed over
 //! it, never truncated: other processes may still hold the old one, and their writes go to it
-//! harmlessly. Two loaders with different settings on one path replace each other's file.
+//! harmlessly. Every process filling `PATH.partial` holds a shared `flock` on it; a loader with
+//! another source or other settings that finds it in use (the lock cannot be taken
+//! exclusively) fails, naming both, instead of replacing the file every epoch while nothing
+//! completes. A file no process holds is a leftover, and is replaced.
 //!
 //! ## Nodes and network file systems
 //!
 //! Processes on one host coordinate through the page cache and `flock`. On a network or
-//! cluster file system (NFS, SMB/CIFS, Lustre, GPFS, CephFS, BeeGFS, AFS, 9p: read from
-//! `statfs`, Linux) `flock` and the page cache do not coordinate hosts, so the cache's files
-//! are per host there: `PATH.<hostname>` (with `.partial` and `.lock` beside it). Each node
+//! cluster file system (NFS, SMB/CIFS, Lustre, GPFS, CephFS, BeeGFS, AFS, 9p, and FUSE, which
+//! GlusterFS, JuiceFS and ceph-fuse mount through: read from `statfs`, Linux) `flock` and the
+//! page cache do not coordinate hosts, so the cache's files are per host there: `PATH.<hostname>` (with `.partial` and `.lock` beside it). Each node
 //! builds and reads its own; ranks of one node share it.
 //!
 //! ## What it replaces
@@ -80,7 +91,8 @@
 //! Only a cache of its own. `PATH` or `PATH.partial` holding anything else (a file without the
 //! cache header, a directory, a device, a FIFO) makes `build()` fail naming it; a symbolic link
 //! at `PATH` is followed. Before a file is created, the free space of the cache's file system is
-//! checked against the final size (`count × (76,800 + 25)` bytes at 160×160 plus 8 kB).
+//! checked against the final size (`count × (76,800 + 24)` bytes at 160×160, plus a byte a
+//! sample of presence map, a header and a footer).
 //!
 //! The policy lives here: [`Cache::begin_epoch`] chooses how each epoch uses the cache (read a
 //! complete one, or fill), [`Cache::lookup`] answers a decode thread for one sample (hit,
@@ -88,12 +100,15 @@
 //! decoded sample, and [`Cache::end_epoch`] commits. The pipeline only calls them.
 //!
 //! [`ErrorKind::CorruptCache`]: crate::ErrorKind::CorruptCache
+//! [`Error::is_permanent`]: crate::Error::is_permanent
 
+mod filler;
 pub(crate) mod format;
+mod fs;
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::Xxh3;
@@ -101,7 +116,12 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::error::{DecodeFailure, Error};
 use crate::source::Source;
 use crate::stats::StatsCell;
-use format::{identity, read_at, write_at, CacheFile, Header, Sample, HEADER_LEN};
+use filler::{Filler, Found, PRESENCE_CHUNK};
+use format::{identity, CacheFile, Header, Sample};
+use fs::{
+    allocated, check_replaceable, host_name, network_file_system, resolve_link, with_suffix,
+    LockGuard,
+};
 
 /// What to do when the cache exists but does not match the loader, or a record fails its
 /// checksum.
@@ -126,6 +146,8 @@ pub(crate) struct CacheSettings {
     pub(crate) policy: CachePolicy,
     /// A test hook's free space for the cache's file system.
     pub(crate) free_space_override: Option<u64>,
+    /// A test hook: this many commits fail (as an `fsync` or a rename can) before one succeeds.
+    pub(crate) failing_commits: Option<Arc<AtomicU64>>,
 }
 
 impl CacheSettings {
@@ -184,6 +206,7 @@ pub(crate) struct Cache {
     /// The file being filled, kept between epochs.
     filling: Mutex<Option<Arc<Filler>>>,
     free_space_override: Option<u64>,
+    failing_commits: Option<Arc<AtomicU64>>,
     /// The last "will be rebuilt" reason logged: each epoch looks again, but says it once.
     last_stale: Mutex<Option<String>>,
 }
@@ -200,13 +223,15 @@ pub(crate) enum EpochCache {
 }
 
 impl EpochCache {
-    /// Records a decoded sample (its pixels in `buf`, or its data error) in a cache this epoch
-    /// fills; nothing otherwise.
+    /// Records a decoded sample (its pixels in `buf`, or why its bytes cannot be decoded) in a
+    /// cache this epoch fills; nothing otherwise. A failure to read the bytes (any I/O error:
+    /// a permission, a full table of open files, a network file system's stale handle) is not
+    /// the sample's: it is never recorded, and the next epoch reads the sample again.
     pub(crate) fn record(&self, index: u32, label: u32, buf: &[u8], result: &Result<(), Error>) {
         if let EpochCache::Fill(filler) = self {
             match result {
                 Ok(()) => filler.put_pixels(index, label, buf),
-                Err(e) if e.is_data_error() => filler.put_failure(index, label, &e.reason()),
+                Err(e) if e.is_permanent() => filler.put_failure(index, label, &e.reason()),
                 Err(_) => {}
             }
         }
@@ -222,151 +247,11 @@ impl EpochCache {
     }
 }
 
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-/// `path`, or where it points if it is a symbolic link (so that writing replaces the target,
-/// not the link).
-fn resolve_link(path: &Path) -> Result<PathBuf, Error> {
-    let mut at = path.to_path_buf();
-    // A link to a cache not written yet does not canonicalize: follow it by hand (a few
-    // levels, like the kernel's loop limit).
-    for _ in 0..8 {
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let target = std::fs::read_link(&at).map_err(|e| Error::io(&at, e))?;
-                at = match at.parent() {
-                    Some(dir) if target.is_relative() => dir.join(target),
-                    _ => target,
-                };
-            }
-            _ => return Ok(at),
-        }
-    }
-    Err(Error::config(
-        "cache",
-        format!("{}: too many levels of symbolic links", path.display()),
-    ))
-}
-
-/// Refuses to use `path` (the cache or its `.partial` file) if it holds anything but an
-/// imagefeed cache: writing the cache replaces that file, and the loader never replaces what
-/// the user keeps there. Missing and empty files are fine.
-fn check_replaceable(path: &Path) -> Result<(), Error> {
-    let refuse = |found: String| {
-        Err(Error::config(
-            "cache",
-            format!(
-                "{} {found}, not an imagefeed cache: the loader will not replace it (choose another cache path, or move it away)",
-                path.display()
-            ),
-        ))
-    };
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    if meta.is_dir() {
-        return refuse("is a directory".into());
-    }
-    if !meta.is_file() {
-        return refuse("is a device, FIFO or socket".into());
-    }
-    if meta.len() == 0 {
-        return Ok(());
-    }
-    let mut head = Vec::with_capacity(8);
-    File::open(path)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 8), &mut head))
-        .map_err(|e| Error::io(path, e))?;
-    // A stopped writer leaves an empty `.partial` or one that starts with the header (it is
-    // written before the file is sized), so a file of zeros is somebody else's (a disk image).
-    if head == format::MAGIC {
-        return Ok(());
-    }
-    refuse(format!(
-        "holds {} bytes that do not start with imagefeed's cache header",
-        meta.len()
-    ))
-}
-
 /// Fingerprint of the source: every entry's path, size, modification time and label.
 fn fingerprint(source: &Source) -> [u8; 16] {
     let mut h = Xxh3::new();
     source.fingerprint(&mut h, true);
     h.digest128().to_le_bytes()
-}
-
-/// Whether `dir` is on a file system whose `flock` and page cache do not coordinate hosts
-/// (Linux `statfs`): its name, or `None` (local, or not known).
-fn network_file_system(dir: &Path) -> Option<&'static str> {
-    #[cfg(target_os = "linux")]
-    {
-        let magic = rustix::fs::statfs(dir).ok()?.f_type as i64 as u64 & 0xffff_ffff;
-        let name = match magic {
-            0x6969 => "NFS",
-            0x517b | 0xff53_4d42 | 0xfe53_4d42 => "SMB/CIFS",
-            0x0bd0_0bd0 => "Lustre",
-            0x4750_4653 => "GPFS",
-            0x00c3_6400 => "CephFS",
-            0x1983_0326 => "BeeGFS",
-            0x5346_414f => "AFS",
-            0x0102_1997 => "9p",
-            _ => return None,
-        };
-        Some(name)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = dir;
-        None
-    }
-}
-
-/// This host's name, for per-host cache files: `/proc/sys/kernel/hostname`, else `HOSTNAME`,
-/// else `host`; characters other than letters, digits, `-`, `_` and `.` become `_`.
-fn host_name() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".into());
-    raw.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// Bytes a file takes on disk (its allocated blocks on Unix; a sparse file being filled takes
-/// less than its length).
-fn allocated(meta: &std::fs::Metadata) -> u64 {
-    #[cfg(unix)]
-    {
-        std::os::unix::fs::MetadataExt::blocks(meta).saturating_mul(512)
-    }
-    #[cfg(not(unix))]
-    {
-        meta.len()
-    }
-}
-
-/// The exclusive lock on `PATH.lock`, held while a file is created, replaced or committed.
-struct LockGuard(File);
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        let _ = fs4::FileExt::unlock(&self.0);
-    }
 }
 
 impl Cache {
@@ -476,6 +361,7 @@ impl Cache {
             complete: Mutex::new(None),
             filling: Mutex::new(None),
             free_space_override: settings.free_space_override,
+            failing_commits: settings.failing_commits.clone(),
             last_stale: Mutex::new(None),
         };
         if cache.open_complete()?.is_none() {
@@ -613,10 +499,13 @@ impl Cache {
         if let Some(file) = self.open_complete()? {
             return Ok(EpochCache::Read(file));
         }
-        let filler = self.filler()?;
+        let filler = match self.filler()? {
+            Err(file) => return Ok(EpochCache::Read(file)),
+            Ok(filler) => filler,
+        };
         filler.refresh();
         if filler.all_present() {
-            if let Some(file) = self.commit(&filler)? {
+            if let Some(file) = self.try_commit(&filler) {
                 return Ok(EpochCache::Read(file));
             }
         }
@@ -625,40 +514,60 @@ impl Cache {
 
     /// The file this process fills: the one kept from the last epoch if `PATH.partial` is still
     /// that file, else `PATH.partial` opened (or created, or replaced if it does not match)
-    /// under the lock.
-    fn filler(&self) -> Result<Arc<Filler>, Error> {
+    /// under the lock; or (`Err`) the complete cache, when another process committed it
+    /// since this one looked (a late start racing a commit opens no second file).
+    fn filler(&self) -> Result<Result<Arc<Filler>, Arc<CacheFile>>, Error> {
         if let Some(kept) = lock(&self.filling).clone() {
             let same = std::fs::metadata(&self.partial).is_ok_and(|m| identity(&m) == kept.id);
             if same && !kept.abandoned.load(Relaxed) {
-                return Ok(kept);
+                return Ok(Ok(kept));
             }
         }
         let _guard = self.lock_file(true)?;
+        // Looked for outside the lock: another process may have committed it since.
+        if let Some(file) = self.open_complete()? {
+            return Ok(Err(file));
+        }
         let filler = match Filler::open(&self.partial, &self.header)? {
-            Ok(f) => f,
-            Err(why) => {
-                if let Some(why) = why {
-                    log::warn!(
-                        "cache {}: {} is replaced: {why}",
-                        self.path.display(),
-                        self.partial.display()
-                    );
+            Found::Filling(f) => f,
+            Found::Missing => {
+                self.check_space()?;
+                Filler::create(&self.partial, &self.header)?
+            }
+            Found::Replace(why, theirs) => {
+                if let Some(theirs) = theirs.filter(|_| Filler::in_use(&self.partial)) {
+                    return Err(Error::config(
+                        "cache",
+                        format!(
+                            "{} is being filled by another process for another source or other settings ({}); this loader's differ ({}): two loaders that differ need two cache paths (ranks of one job must give the same source and settings)",
+                            self.partial.display(),
+                            describe(&theirs),
+                            describe(&self.header)
+                        ),
+                    ));
                 }
+                log::warn!(
+                    "cache {}: {} is replaced: {why}",
+                    self.path.display(),
+                    self.partial.display()
+                );
                 self.check_space()?;
                 Filler::create(&self.partial, &self.header)?
             }
         };
         let filler = Arc::new(filler);
         *lock(&self.filling) = Some(filler.clone());
-        Ok(filler)
+        Ok(Ok(filler))
     }
 
     /// Called when an epoch has ended: a filled cache with every record present is committed.
+    /// A commit that fails is logged and tried again at the next epoch: the epoch does not
+    /// fail for it (its batches were all delivered).
     pub(crate) fn end_epoch(&self, mode: &EpochCache) -> Result<(), Error> {
         if let EpochCache::Fill(filler) = mode {
             filler.refresh();
             if filler.all_present() {
-                self.commit(filler)?;
+                self.try_commit(filler);
             } else {
                 log::info!(
                     "cache {}: {} of {} records present ({} written by this process); it completes once every sample has been loaded",
@@ -672,9 +581,23 @@ impl Cache {
         Ok(())
     }
 
+    /// [`Cache::commit`], with a failure logged (the next epoch tries again).
+    fn try_commit(&self, filler: &Filler) -> Option<Arc<CacheFile>> {
+        match self.commit(filler) {
+            Ok(file) => file,
+            Err(e) => {
+                log::warn!(
+                    "cache {}: cannot complete it ({e}); the epoch goes on, and the next one tries again",
+                    self.path.display()
+                );
+                None
+            }
+        }
+    }
+
     /// Makes `filler`'s file the complete cache if it is still `PATH.partial` and has every
-    /// record (under the lock, if no other process holds it; see the module doc), or finds
-    /// that another process did. Returns the complete cache.
+    /// record, each of which passes its checks (under the lock, if no other process holds it;
+    /// see the module doc), or finds that another process did. Returns the complete cache.
     fn commit(&self, filler: &Filler) -> Result<Option<Arc<CacheFile>>, Error> {
         // Taken: another process is committing this file (or replacing it); either way there
         // is nothing to do here, and a process stopped while holding it never stalls this one.
@@ -688,6 +611,23 @@ impl Cache {
         filler.refresh();
         if !ours || !filler.all_present() || filler.abandoned.load(Relaxed) {
             return Ok(None);
+        }
+        if filler
+            .verify_all()
+            .map_err(|e| Error::io(&self.partial, e))?
+            > 0
+        {
+            return Ok(None);
+        }
+        if let Some(n) = &self.failing_commits {
+            if n.fetch_update(Relaxed, Relaxed, |k| k.checked_sub(1))
+                .is_ok()
+            {
+                return Err(Error::io(
+                    &self.partial,
+                    std::io::Error::other("injected: the commit's fsync failed"),
+                ));
+            }
         }
         filler.commit(&self.partial, &self.path)?;
         log::info!(
@@ -767,9 +707,10 @@ impl Cache {
                 match checked(filler.read(index, buf)) {
                     Ok(sample) => Some(found(sample)),
                     Err(why) => {
-                        // A record of a file still filling (a machine crash, a disk error):
-                        // decoded and written again.
+                        // A record of a file still filling (a disk error, another program):
+                        // absent first, then decoded and written again.
                         log::debug!("cache {}: {why}; decoding it again", self.partial.display());
+                        filler.clear(index);
                         None
                     }
                 }
@@ -795,227 +736,52 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A cache file being filled (`PATH.partial`), open for reading and writing, with what this
-/// process knows of its presence map.
-#[derive(Debug)]
-pub(crate) struct Filler {
-    file: File,
-    /// The file's identity when opened.
-    id: (u64, u64),
-    partial: PathBuf,
-    header: Header,
-    /// A bit a record: present (read from the file's presence map, or written here).
-    present: Vec<AtomicU64>,
-    /// Records this process wrote.
-    wrote: AtomicU64,
-    /// A write failed: the process goes on without writing (and never commits this file).
-    abandoned: AtomicBool,
+/// A cache header in words, for an error that names two.
+fn describe(h: &Header) -> String {
+    format!(
+        "{} samples of {}x{}, source fingerprint {:016x}",
+        h.count,
+        h.width,
+        h.height,
+        u64::from_le_bytes(h.fingerprint[..8].try_into().unwrap_or([0; 8]))
+    )
 }
 
-/// Bytes of the presence map read at a time.
-const PRESENCE_CHUNK: usize = 1 << 16;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
 
-impl Filler {
-    fn new(file: File, partial: &Path, header: &Header) -> Result<Filler, Error> {
-        let meta = file.metadata().map_err(|e| Error::io(partial, e))?;
-        let words = usize::try_from(header.count.div_ceil(64)).unwrap_or(usize::MAX);
-        Ok(Filler {
-            file,
-            id: identity(&meta),
-            partial: partial.to_path_buf(),
-            header: *header,
-            present: (0..words).map(|_| AtomicU64::new(0)).collect(),
-            wrote: AtomicU64::new(0),
-            abandoned: AtomicBool::new(false),
-        })
+    /// Two caches of one loader's settings on one path, as two processes hold them.
+    fn two(dir: &Path, n: usize) -> (Cache, Cache) {
+        let jpeg = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/valid/odd_7x5.jpg");
+        let source = Source::from_entries((0..n).map(|i| (jpeg.clone(), i as u32))).unwrap();
+        let mut cfg = Config::default();
+        cfg.cache.path = Some(dir.join("c.cache"));
+        let made = cfg.cache_made_with();
+        let open = || Cache::new(&dir.join("c.cache"), &cfg.cache, &made, &source).unwrap();
+        (open(), open())
     }
 
-    /// Opens `partial` if it is a file being filled for `header` in this boot. `Ok(Err(why))`
-    /// says why not (`None`: there is no such file).
-    fn open(partial: &Path, header: &Header) -> Result<Result<Filler, Option<String>>, Error> {
-        let file = match OpenOptions::new().read(true).write(true).open(partial) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err(None)),
-            Err(e) => return Err(Error::io(partial, e)),
+    #[test]
+    fn a_late_start_racing_a_commit_opens_the_complete_file_not_a_second_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, late) = two(dir.path(), 3);
+        let Ok(EpochCache::Fill(filler)) = first.begin_epoch() else {
+            panic!("the first cache fills");
         };
-        let len = file.metadata().map_err(|e| Error::io(partial, e))?.len();
-        let mut head = vec![0u8; HEADER_LEN as usize];
-        if len < HEADER_LEN || read_at(&file, &mut head, 0).is_err() {
-            return Ok(Err(Some(format!("{len} bytes, shorter than a header"))));
+        let pixels = vec![7u8; first.header.sample_len()];
+        for i in 0..3 {
+            filler.put_pixels(i, i, &pixels);
         }
-        let why = match Header::decode(&head) {
-            Err(why) => why,
-            Ok(h) if h != *header => "made with other settings or another source".into(),
-            Ok(_) if format::recorded_boot(&head) != format::boot_stamp() => {
-                "filled before the machine last restarted (records may not have reached the disk)"
-                    .into()
-            }
-            // A commit stopped between its footer and its rename leaves the whole length.
-            Ok(_) if Some(len) != header.partial_len() && Some(len) != header.file_len() => {
-                format!("{len} bytes, not the length of this cache")
-            }
-            Ok(_) => return Filler::new(file, partial, header).map(Ok),
-        };
-        Ok(Err(Some(why)))
-    }
-
-    /// Creates a new file being filled for `header` under a temporary name and renames it to
-    /// `partial`: a file others may still have open is replaced, never truncated.
-    fn create(partial: &Path, header: &Header) -> Result<Filler, Error> {
-        let tmp = with_suffix(partial, &format!(".{}.tmp", std::process::id()));
-        let made = (|| {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .read(true)
-                .write(true)
-                .open(&tmp)?;
-            // The header first, then sparse until written; the footer goes at the end only on
-            // commit.
-            write_at(&file, &format::header_page(header), 0)?;
-            file.set_len(header.partial_len().unwrap_or(HEADER_LEN))?;
-            std::fs::rename(&tmp, partial)?;
-            Ok(file)
-        })();
-        let file = made.map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::io(partial, e)
-        })?;
-        log::info!(
-            "cache {}: filling {} records",
-            partial.display(),
-            header.count
-        );
-        Filler::new(file, partial, header)
-    }
-
-    fn bit(&self, i: u32) -> (usize, u64) {
-        (i as usize / 64, 1u64 << (i % 64))
-    }
-
-    fn mark(&self, i: u32) {
-        let (w, b) = self.bit(i);
-        if let Some(word) = self.present.get(w) {
-            word.fetch_or(b, Relaxed);
-        }
-    }
-
-    /// Reads the file's presence map into what this process knows.
-    fn refresh(&self) {
-        let mut buf = vec![0u8; PRESENCE_CHUNK];
-        let count = self.header.count;
-        let mut at = 0u64;
-        while at < count {
-            let n = (count - at).min(PRESENCE_CHUNK as u64) as usize;
-            if read_at(&self.file, &mut buf[..n], HEADER_LEN + at).is_err() {
-                return;
-            }
-            for (k, &byte) in buf[..n].iter().enumerate() {
-                if byte == 1 {
-                    self.mark((at + k as u64) as u32);
-                }
-            }
-            at += n as u64;
-        }
-    }
-
-    /// Records known present.
-    fn present(&self) -> u64 {
-        self.present
-            .iter()
-            .map(|w| u64::from(w.load(Relaxed).count_ones()))
-            .sum()
-    }
-
-    fn all_present(&self) -> bool {
-        self.present() == self.header.count
-    }
-
-    /// Whether record `i` is present: known here, or its presence byte in the file says so
-    /// (another process wrote it since the map was read).
-    fn is_present(&self, i: u32) -> bool {
-        let (w, b) = self.bit(i);
-        if self
-            .present
-            .get(w)
-            .is_some_and(|word| word.load(Relaxed) & b != 0)
-        {
-            return true;
-        }
-        let mut byte = [0u8];
-        let there =
-            read_at(&self.file, &mut byte, HEADER_LEN + u64::from(i)).is_ok() && byte[0] == 1;
-        if there {
-            self.mark(i);
-        }
-        there
-    }
-
-    fn read(&self, i: u32, out: &mut [u8]) -> Result<Sample, String> {
-        format::read_record(&self.file, &self.header, i, out)
-    }
-
-    /// Records a sample's pixels.
-    fn put_pixels(&self, index: u32, label: u32, pixels: &[u8]) {
-        self.put(format::STATUS_PIXELS, index, label, pixels);
-    }
-
-    /// Records a sample that failed to load, with the reason.
-    fn put_failure(&self, index: u32, label: u32, reason: &str) {
-        let max = self.header.sample_len();
-        let mut end = reason.len().min(max);
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.put(
-            format::STATUS_FAILED,
-            index,
-            label,
-            &reason.as_bytes()[..end],
-        );
-    }
-
-    /// Writes a record: payload, then header, then presence byte (see the module doc).
-    fn put(&self, status: u8, index: u32, label: u32, payload: &[u8]) {
-        if self.abandoned.load(Relaxed) {
-            return;
-        }
-        let Some(at) = self.header.record_offset(u64::from(index)) else {
-            return;
-        };
-        let head = format::encode_record_header(status, label, index, payload);
-        let r = write_at(&self.file, payload, at + format::RECORD_HEADER_LEN as u64)
-            .and_then(|()| write_at(&self.file, &head, at))
-            .and_then(|()| write_at(&self.file, &[1], HEADER_LEN + u64::from(index)));
-        match r {
-            Ok(()) => {
-                self.mark(index);
-                self.wrote.fetch_add(1, Relaxed);
-            }
-            Err(e) => {
-                if !self.abandoned.swap(true, Relaxed) {
-                    log::warn!(
-                        "cache {}: cannot write ({e}); continuing without writing the cache",
-                        self.partial.display()
-                    );
-                }
-            }
-        }
-    }
-
-    /// Makes the file complete: data to disk, the footer, to disk again, renamed to `path`.
-    fn commit(&self, partial: &Path, path: &Path) -> Result<(), Error> {
-        let io = |e| Error::io(partial, e);
-        self.file.sync_data().map_err(io)?;
-        let end = self.header.partial_len().unwrap_or(0);
-        write_at(&self.file, &self.header.footer(), end).map_err(io)?;
-        self.file.sync_all().map_err(io)?;
-        std::fs::rename(partial, path).map_err(io)?;
-        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
+        // The late one looked for the complete file before the commit (none was there)...
+        assert!(late.open_complete().unwrap().is_none());
+        first.end_epoch(&EpochCache::Fill(filler)).unwrap();
+        assert!(first.path.exists() && !first.partial.exists());
+        // ...and, once it holds the lock, finds it instead of creating a second file (and
+        // asking for the space of one).
+        assert!(matches!(late.filler(), Ok(Err(_))));
+        assert!(!late.partial.exists(), "a second PATH.partial was created");
+        assert!(matches!(late.begin_epoch(), Ok(EpochCache::Read(_))));
     }
 }

@@ -7,6 +7,7 @@
 
 mod api;
 mod cache;
+mod cache_faults;
 mod cluster;
 mod common;
 mod contract;
