@@ -104,12 +104,16 @@ impl Loader {
     /// has delivered yet are split over the new ranks, each delivered once, with equal batch
     /// counts ([`shard_padding`](crate::LoaderBuilder::shard_padding)).
     ///
+    /// A state saved after the epoch's last batch delivers nothing (every rank's state then
+    /// records the epoch's end), at any world size; continue with `epoch(state.epoch + 1)`.
+    ///
     /// The loader must have the same source and settings as the one that saved it: another
     /// seed, source (its paths and labels) or setting that orders the epoch (shuffle, shuffle
-    /// buffer, shard padding) is an error yielded by the iterator, naming what changed, never a
-    /// silently different plan. So is a change of world size the loader cannot make exact (tar
-    /// shards with a shuffle buffer, or a second change within one epoch of tar shards). To
-    /// check that every rank saved the same step, see [`LoaderState::agree`].
+    /// block, shard padding) is an error yielded by the iterator, naming what changed, never a
+    /// silently different plan. To check that every rank saved the same step, see
+    /// [`LoaderState::agree`]. The whole contract — what each rank delivers, what a state means
+    /// and what a resume delivers, for every setting — is in docs/CONTRACT.md, beside
+    /// imagefeed's README.
     pub fn resume(&self, state: &LoaderState) -> Batches {
         let cfg = &self.cfg;
         let (source, settings) = self.plan_fingerprints();

@@ -294,7 +294,11 @@ fn several_writers_killed_at_random_leave_a_cache_bit_identical_to_uncached_batc
         let cache = dir.path().join("c.cache");
         let partial = dir.path().join("c.cache.partial");
         let writers = 2 + rng.next_u64() as usize % 3;
-        let world = if rng.next_u64().is_multiple_of(2) { writers } else { 1 };
+        let world = if rng.next_u64().is_multiple_of(2) {
+            writers
+        } else {
+            1
+        };
         let mut children = Vec::new();
         let mut killed = Vec::new();
         for w in 0..writers {

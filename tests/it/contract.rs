@@ -726,3 +726,84 @@ fn a_checkpoint_at_the_last_step_and_a_skip_under_sharding_resume_exactly() {
     };
     check(&skip).unwrap();
 }
+
+/// With the library's defaults, a source read as streams is shuffled across and within its
+/// shards, as the command line's defaults shuffle it: over class-sorted shards (each shard one
+/// class), the first batch already mixes several, and no shard is read in its stored order.
+#[test]
+fn the_default_order_mixes_the_samples_of_every_kind_of_shard() {
+    for kind in [Kind::Tar, Kind::Parquet, Kind::TfRecord] {
+        let s = Scenario {
+            kind,
+            n: 400,
+            unit: 50,
+            batch: 64,
+            drop_remainder: false,
+            padding: ShardPadding::EqualBatches,
+            shuffle: true,
+            block: None,
+            skip: true,
+            seed: 7,
+            permanent: BTreeSet::new(),
+            transient: BTreeSet::new(),
+            epochs: Vec::new(),
+        };
+        let (source, dir) = open_source(&s).unwrap();
+        let loader = Loader::builder(source.clone())
+            .seed(7)
+            .image_size(4)
+            .build()
+            .unwrap();
+        let mut order = Vec::new();
+        let mut first_batch_shards = BTreeSet::new();
+        for (k, batch) in loader.epoch(0).enumerate() {
+            let batch = batch.unwrap();
+            if k == 0 {
+                first_batch_shards.extend(batch.indices().iter().map(|i| i / 50));
+            }
+            order.extend_from_slice(batch.indices());
+        }
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            (0..400).collect::<Vec<u64>>(),
+            "{kind:?}: every sample once"
+        );
+        assert!(
+            first_batch_shards.len() >= 4,
+            "{kind:?}: the first batch holds {} shards' samples",
+            first_batch_shards.len()
+        );
+        // Within each shard, the samples come in another order than stored.
+        for shard in 0..8u64 {
+            let mine: Vec<u64> = order.iter().copied().filter(|i| i / 50 == shard).collect();
+            assert!(
+                mine.windows(2).any(|w| w[0] > w[1]),
+                "{kind:?}: shard {shard} read in its stored order"
+            );
+        }
+        // The command line's defaults give the same order.
+        let out = dir.path().join("indices.txt");
+        let status = std::process::Command::new(crate::common::imagefeed_bin())
+            .arg("bench")
+            .arg(dir.path())
+            .args(["--seed", "7", "--epochs", "1", "--size", "4", "4", "--json"])
+            .arg("--indices-out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            status.status.success(),
+            "{kind:?}: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        let cli: Vec<u64> = std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(cli, order, "{kind:?}: the command line's default order");
+        drop(source);
+    }
+}
