@@ -409,3 +409,57 @@ fn several_writers_killed_at_random_leave_a_cache_bit_identical_to_uncached_batc
         );
     }
 }
+
+#[test]
+fn a_damaged_record_read_while_filling_is_marked_absent_before_it_is_written_again() {
+    let (dir, list) = private_copy(16);
+    let cache = dir.path().join("c.cache");
+    let partial = dir.path().join("c.cache.partial");
+    // Fill every record but sample 5's (a transient error keeps it absent).
+    let loader = builder(&list)
+        .cache(&cache)
+        .on_error(OnError::SKIP_ALL)
+        .inject_failures(|_, i| (i == 5).then_some(false))
+        .build()
+        .unwrap();
+    samples(&loader, 0).unwrap();
+    drop(loader);
+    let presence_of = |i: u64| {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&partial).unwrap();
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, 4096 + i).unwrap();
+        b[0]
+    };
+    assert_eq!((presence_of(2), presence_of(5)), (1, 0));
+    // Damage record 2 (its last byte: records follow the header page and the presence map).
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&partial)
+            .unwrap();
+        let record = 24 + 32 * 32 * 3;
+        let at = 4096 + 4096 + 3 * record - 1;
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0xff], at).unwrap();
+    }
+    // An epoch that reads it while filling finds it damaged and marks it absent first; its
+    // new read fails (transiently), so it stays absent instead of present and damaged.
+    let loader = builder(&list)
+        .cache(&cache)
+        .on_error(OnError::SKIP_ALL)
+        .inject_failures(|_, i| (i == 2 || i == 5).then_some(false))
+        .build()
+        .unwrap();
+    samples(&loader, 1).unwrap();
+    assert_eq!(presence_of(2), 0, "a damaged record stayed present");
+    drop(loader);
+    // A clean epoch writes both and completes the cache, bit-identical to uncached batches.
+    let loader = builder(&list).cache(&cache).build().unwrap();
+    let plain = builder(&list).build().unwrap();
+    assert_eq!(samples(&loader, 2).unwrap(), samples(&plain, 2).unwrap());
+    assert!(cache.exists());
+}
