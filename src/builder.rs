@@ -13,7 +13,7 @@ use crate::decode::JpegDecoder;
 use crate::error::{Error, OnError};
 use crate::loader::Loader;
 use crate::prefetch::Device;
-use crate::shard::ShardPadding;
+use crate::rank::ShardPadding;
 use crate::source::Source;
 use crate::{ResizeFilter, ResizeMode, Transform};
 

@@ -11,7 +11,7 @@ use crate::cache::{CacheSettings, MadeWith};
 use crate::decode::{DecodeSettings, JpegDecoder};
 use crate::error::{Error, OnError};
 use crate::prefetch::DeviceSettings;
-use crate::shard::ShardSettings;
+use crate::rank::ShardSettings;
 use crate::shuffle::ShuffleSettings;
 use crate::transform::{AugmentSettings, Geometry};
 use crate::tune::Tuning;

@@ -100,7 +100,7 @@ mod memory_limit;
 mod pipeline;
 mod prefetch;
 mod rng;
-mod shard;
+mod rank;
 mod shuffle;
 mod simd;
 mod source;
@@ -122,8 +122,8 @@ pub use decode::{decoder_info, DecoderInfo, JpegDecoder};
 pub use error::{BoxError, Error, ErrorKind, OnError};
 pub use loader::{Batches, Loader, LoaderState};
 pub use prefetch::Device;
-pub use shard::{Launch, Launcher, ShardPadding};
-pub use source::shards::{write_shards, ShardsWritten};
+pub use rank::{Launch, Launcher, ShardPadding};
+pub use source::format::tar::{write_shards, ShardsWritten};
 #[cfg(feature = "parquet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
 pub use source::ParquetOptions;

@@ -28,7 +28,7 @@
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::shard::ShardPadding;
+use crate::rank::ShardPadding;
 use crate::shuffle::Order;
 use crate::source::Source;
 

@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::tfrecord;
-use super::{shards, walk::class_folder_with_images, Source};
+use super::format::tfrecord;
+use super::format::{dir::class_folder_with_images, tar as shards};
+use super::Source;
 use crate::error::Error;
 
 /// True for a name ending in `.parquet` (any case).
@@ -19,7 +20,7 @@ pub(crate) fn parquet_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();
-        if super::walk::is_hidden(&name) || !is_parquet_name(&name.to_string_lossy()) {
+        if super::format::dir::is_hidden(&name) || !is_parquet_name(&name.to_string_lossy()) {
             continue;
         }
         if entry.path().is_file() {
@@ -77,7 +78,7 @@ pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
                  kind out, or open the files with Source::from_{} or the folders with \
                  Source::from_dir",
                 file_name(&files[0]),
-                super::list::shown(class.as_encoded_bytes()),
+                super::format::list::shown(class.as_encoded_bytes()),
                 if kind == "parquet" {
                     "parquet"
                 } else {

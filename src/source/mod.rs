@@ -16,21 +16,13 @@
 //! (class folders), `shards/` (tar shards: index, read, write, sidecar), and with the
 //! `remote` feature `remote.rs` (the object store client) and `url.rs` (opening a URL).
 
-mod backing;
 mod containers;
 pub(crate) mod fetch;
-mod index;
-pub(crate) mod list;
-#[cfg(feature = "parquet")]
-pub(crate) mod parquet;
-mod place;
-#[cfg(feature = "remote")]
-pub(crate) mod remote;
-pub(crate) mod shards;
-pub(crate) mod tfrecord;
+pub(crate) mod format;
+pub(crate) mod index;
+pub(crate) mod storage;
 #[cfg(feature = "remote")]
 mod url;
-pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};
 #[cfg(feature = "remote")]
@@ -38,13 +30,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
-pub(crate) use backing::Backing;
+pub(crate) use format::Backing;
 pub(crate) use index::{check_count, os_to_bytes, FileIndex};
-use list::{parse_list_from, shown};
+use format::list::{parse_list_from, shown};
 #[cfg(feature = "parquet")]
-pub use parquet::ParquetOptions;
-pub use tfrecord::TfRecordOptions;
-use walk::class_folder_with_images;
+pub use format::parquet::ParquetOptions;
+pub use format::tfrecord::TfRecordOptions;
+use format::dir::class_folder_with_images;
+use format::{dir as walk, tar as shards, tfrecord};
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
 /// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
@@ -85,7 +78,7 @@ pub enum SourceKind {
 #[cfg(feature = "remote")]
 #[derive(Debug)]
 pub(crate) struct ObjectIndex {
-    pub(crate) store: Arc<crate::source::remote::Store>,
+    pub(crate) store: Arc<crate::source::storage::remote::Store>,
     /// The key prefix the index's paths are relative to (`""` for the bucket root).
     pub(crate) prefix: String,
     /// Size and modification time of each sample's object, from the listing (for the cache

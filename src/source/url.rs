@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 #[cfg(feature = "remote")]
 use super::join_key;
-use super::place::Located;
+use super::storage::Located;
 #[cfg(feature = "remote")]
-use super::remote::Listed;
-use super::shards::{assemble, index_shard, is_tar_name, parse_sidecar, sidecar_name, Head};
-use super::shards::{Shard, ShardLocation};
+use super::storage::remote::Listed;
+use super::format::tar::{assemble, index_shard, is_tar_name, parse_sidecar, sidecar_name, Head};
+use super::format::tar::{Shard, ShardLocation};
 use super::{Backing, FileIndex, Source};
 use crate::error::Error;
 
@@ -22,7 +22,7 @@ pub(crate) fn open_remote(
 ) -> Result<Source, Error> {
     use std::sync::Arc;
 
-    use crate::source::remote::Store;
+    use crate::source::storage::remote::Store;
     use crate::source::ObjectIndex;
 
     let (store, key) = Store::connect(url, options)?;
@@ -99,11 +99,11 @@ pub(crate) fn open_remote(
         // Streamed and parsed a line at a time, as a local list is.
         let (size, _) = store.head(&key)?;
         let index = if size == 0 {
-            crate::source::list::parse_list(list, base, &[])?
+            crate::source::format::list::parse_list(list, base, &[])?
         } else {
             let reader = store.range_reader(&key, 0, size)?;
             let reader = std::io::BufReader::with_capacity(64 << 10, reader);
-            crate::source::list::parse_list_from(list, base, reader, size)?
+            crate::source::format::list::parse_list_from(list, base, reader, size)?
         };
         let stamps = vec![(0, 0); index.len()];
         return Ok(Source {
@@ -168,7 +168,7 @@ pub(crate) fn open_remote(
             "TFRecord files"
         };
         if let Some(image) = listed.iter().filter(visible).find(|o| {
-            o.key.contains('/') && crate::source::walk::has_image_extension(Path::new(&o.key))
+            o.key.contains('/') && crate::source::format::dir::has_image_extension(Path::new(&o.key))
         }) {
             return Err(Error::source(
                 url,
@@ -192,7 +192,7 @@ pub(crate) fn open_remote(
     // drop the other's samples or labels without a word.
     let class_image = listed.iter().find(|o| {
         o.key.contains('/')
-            && crate::source::walk::has_image_extension(Path::new(&o.key))
+            && crate::source::format::dir::has_image_extension(Path::new(&o.key))
             && !o.key.split('/').any(|c| c.starts_with('.'))
     });
     if let (Some(tar), Some(image)) = (tars.first(), class_image) {
@@ -222,7 +222,7 @@ pub(crate) fn open_remote(
     // Images: class "folders" (first key component) when there are any.
     let images: Vec<_> = listed
         .iter()
-        .filter(|o| crate::source::walk::has_image_extension(Path::new(&o.key)))
+        .filter(|o| crate::source::format::dir::has_image_extension(Path::new(&o.key)))
         .filter(|o| !o.key.split('/').any(|c| c.starts_with('.')))
         .collect();
     if images.is_empty() {
@@ -296,7 +296,7 @@ fn container_name(key: &str) -> Option<Container> {
     let name = key.rsplit('/').next().unwrap_or(key);
     if crate::source::containers::is_parquet_name(name) {
         Some(Container::Parquet)
-    } else if crate::source::tfrecord::is_tfrecord_name(name) {
+    } else if crate::source::format::tfrecord::is_tfrecord_name(name) {
         Some(Container::TfRecord)
     } else {
         None
@@ -308,14 +308,14 @@ fn container_name(key: &str) -> Option<Container> {
 /// framing checks (its first 4 KiB asked for).
 #[cfg(feature = "remote")]
 fn tfrecord_objects<'a>(
-    store: &std::sync::Arc<crate::source::remote::Store>,
+    store: &std::sync::Arc<crate::source::storage::remote::Store>,
     key: &str,
-    listed: &'a [crate::source::remote::Listed],
-) -> Result<Vec<&'a crate::source::remote::Listed>, Error> {
-    use crate::source::tfrecord::{sniff_head, SNIFF_BYTES};
+    listed: &'a [crate::source::storage::remote::Listed],
+) -> Result<Vec<&'a crate::source::storage::remote::Listed>, Error> {
+    use crate::source::format::tfrecord::{sniff_head, SNIFF_BYTES};
     let visible =
-        |o: &&crate::source::remote::Listed| !o.key.split('/').any(|c| c.starts_with('.'));
-    let candidates: Vec<&crate::source::remote::Listed> = listed
+        |o: &&crate::source::storage::remote::Listed| !o.key.split('/').any(|c| c.starts_with('.'));
+    let candidates: Vec<&crate::source::storage::remote::Listed> = listed
         .iter()
         .filter(visible)
         .filter(|o| match container_name(&o.key) {
@@ -328,7 +328,7 @@ fn tfrecord_objects<'a>(
             }
         })
         .collect();
-    let keep = crate::source::tfrecord::in_parallel(candidates.len(), |k| {
+    let keep = crate::source::format::tfrecord::in_parallel(candidates.len(), |k| {
         let o = candidates[k];
         if container_name(&o.key).is_some() {
             return Ok(true);
@@ -346,7 +346,7 @@ fn tfrecord_objects<'a>(
 /// Indexes parquet files or TFRecord shards in object storage, with the store's options.
 #[cfg(feature = "remote")]
 fn open_containers(
-    store: &std::sync::Arc<crate::source::remote::Store>,
+    store: &std::sync::Arc<crate::source::storage::remote::Store>,
     kind: Container,
     files: Vec<Located>,
     origin: PathBuf,
@@ -354,11 +354,11 @@ fn open_containers(
 ) -> Result<Source, Error> {
     match kind {
         Container::TfRecord => {
-            crate::source::tfrecord::index_files(files, origin, base, &store.options.tfrecord)
+            crate::source::format::tfrecord::index_files(files, origin, base, &store.options.tfrecord)
         }
         #[cfg(feature = "parquet")]
         Container::Parquet => {
-            crate::source::parquet::index_files(files, origin, base, &store.options.parquet)
+            crate::source::format::parquet::index_files(files, origin, base, &store.options.parquet)
         }
         #[cfg(not(feature = "parquet"))]
         Container::Parquet => {

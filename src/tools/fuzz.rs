@@ -88,7 +88,7 @@ pub fn decode_transform(bytes: &[u8], name: &str, size: u32, zune: bool) -> bool
 
 /// Parses `bytes` as a file list. Returns the number of entries, or `None` for an error.
 pub fn parse_list(bytes: &[u8]) -> Option<usize> {
-    crate::source::list::parse_list(Path::new("fuzz.txt"), PathBuf::from("/data"), bytes)
+    crate::source::format::list::parse_list(Path::new("fuzz.txt"), PathBuf::from("/data"), bytes)
         .ok()
         .map(|i| i.len())
 }
@@ -96,7 +96,7 @@ pub fn parse_list(bytes: &[u8]) -> Option<usize> {
 /// Indexes `bytes` as a WebDataset tar shard, as opening a shard does (headers, `.cls` labels,
 /// bounds against the shard's size). Returns the number of samples, or `None` for an error.
 pub fn index_tar(bytes: &[u8]) -> Option<usize> {
-    crate::source::shards::index_bytes(bytes).ok()
+    crate::source::format::tar::index_bytes(bytes).ok()
 }
 
 /// Indexes `bytes` as a TFRecord shard, as opening one does (framing, length CRCs, each
@@ -104,7 +104,7 @@ pub fn index_tar(bytes: &[u8]) -> Option<usize> {
 /// CRC, image and label). Returns the number of records read, or `None` for a file refused at
 /// open. Panics if opening and reading disagree on a record's label.
 pub fn index_tfrecord(bytes: &[u8]) -> Option<usize> {
-    let records = crate::source::tfrecord::index_bytes(bytes).ok()?;
+    let records = crate::source::format::tfrecord::index_bytes(bytes).ok()?;
     Some(records.iter().filter(|r| r.is_ok()).count())
 }
 
@@ -126,7 +126,7 @@ pub struct ExampleFeature {
 /// reason) for a payload that is not a well-formed `Example`. The `tfrecord` fuzz target and
 /// a test compare this with prost's decoding of the same bytes.
 pub fn walk_example(payload: &[u8], keys: &[&str]) -> Result<Vec<Option<ExampleFeature>>, String> {
-    use crate::source::tfrecord::example::{walk, Fault, Slice};
+    use crate::source::format::tfrecord::example::{walk, Fault, Slice};
     let mut w = Slice {
         bytes: payload,
         at: 0,
@@ -155,7 +155,7 @@ pub fn walk_example(payload: &[u8], keys: &[&str]) -> Result<Vec<Option<ExampleF
 /// number of rows read, or `None` for a file refused at open.
 #[cfg(feature = "parquet")]
 pub fn index_parquet(bytes: &[u8]) -> Option<usize> {
-    let rows = crate::source::parquet::index_bytes(bytes).ok()?;
+    let rows = crate::source::format::parquet::index_bytes(bytes).ok()?;
     Some(rows.iter().filter(|r| r.is_ok()).count())
 }
 

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use super::{cls_label, split_member, Found, Shard, ShardLocation, TarIndex, BLOCK};
 use super::{MAX_CLS_BYTES, NO_LABEL_MEMBER};
 use crate::error::Error;
-use crate::source::list::compression_of;
-use crate::source::walk::IMAGE_EXTENSIONS;
+use crate::source::format::list::compression_of;
+use crate::source::format::dir::IMAGE_EXTENSIONS;
 use crate::source::{Backing, FileIndex, Source};
 
 /// At most this many shards are indexed at once.
@@ -251,7 +251,7 @@ pub(crate) fn index_shard<R: Read>(
             return Err(damaged(format!(
                 "member {} (`{}`) is a GNU sparse file with an extended sparse map; shards hold plain files",
                 n + 1,
-                crate::source::list::shown(&header.path_bytes())
+                crate::source::format::list::shown(&header.path_bytes())
             )));
         }
         let hard_link = kind == tar::EntryType::Link;
@@ -415,7 +415,7 @@ pub(crate) fn assemble(
     base: PathBuf,
     origin: PathBuf,
     index_one: impl Fn(usize) -> Result<Vec<Found>, Error> + Sync,
-    #[cfg(feature = "remote")] store: Option<std::sync::Arc<crate::source::remote::Store>>,
+    #[cfg(feature = "remote")] store: Option<std::sync::Arc<crate::source::storage::remote::Store>>,
 ) -> Result<Source, Error> {
     if shards.is_empty() {
         return Err(Error::source(origin, "no tar shards"));

@@ -1,18 +1,18 @@
-//! Class folders: the walk behind [`Source::from_dir`](super::Source::from_dir), and the
+//! Class folders: the walk behind [`Source::from_dir`](crate::Source::from_dir), and the
 //! names it picks up (image extensions, hidden files).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use super::index::bytes_to_os;
+use crate::source::index::bytes_to_os;
 use super::list::shown;
-use super::{check_count, os_to_bytes, FileIndex};
+use crate::source::{check_count, os_to_bytes, FileIndex};
 use crate::error::Error;
 
-/// The index of a folder with one sub-folder per class (the walk of [`Source::from_dir`](super::Source::from_dir)):
+/// The index of a folder with one sub-folder per class (the walk of [`Source::from_dir`](crate::Source::from_dir)):
 /// sorted class names give the labels, and the images below each class folder, sorted by
 /// path, its samples.
-pub(super) fn class_folders(dir: &Path) -> Result<FileIndex, Error> {
+pub(crate) fn class_folders(dir: &Path) -> Result<FileIndex, Error> {
     let mut classes: Vec<(String, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
@@ -243,7 +243,7 @@ fn check_file_link(link: &Path, visited: &Visited) -> Result<(), Error> {
 }
 
 /// The first visible sub-folder of `dir` that holds an image file directly, if any.
-pub(super) fn class_folder_with_images(dir: &Path) -> Result<Option<std::ffi::OsString>, Error> {
+pub(crate) fn class_folder_with_images(dir: &Path) -> Result<Option<std::ffi::OsString>, Error> {
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();

@@ -40,7 +40,7 @@ use example::Wire;
 pub(crate) use example::{pick, walk, Fault, Problem, Slice};
 
 use crate::error::Error;
-use crate::source::place::{Located, Place};
+use crate::source::storage::{Located, Place};
 use crate::source::{Backing, FileIndex, Source};
 
 /// The feature keys and limits for TFRecord shards (see [`Source::from_tfrecords_with`]).
@@ -280,7 +280,7 @@ pub(crate) fn files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();
         let text = name.to_string_lossy();
-        if crate::source::walk::is_hidden(&name) || !entry.path().is_file() {
+        if crate::source::format::dir::is_hidden(&name) || !entry.path().is_file() {
             continue;
         }
         let lower = text.to_ascii_lowercase();

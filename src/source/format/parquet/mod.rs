@@ -41,7 +41,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use super::tfrecord::{common_parent, in_parallel, relative};
 use crate::error::{DecodeFailure, Error};
 use crate::source::fetch::{Fetch, Fetched};
-use crate::source::place::{Located, Place};
+use crate::source::storage::{Located, Place};
 use crate::source::{Backing, FileIndex, Source};
 
 /// The columns and limits for parquet files (see [`Source::from_parquet_with`]).
@@ -176,7 +176,7 @@ pub(crate) enum PqData {
     Memory(bytes::Bytes),
     #[cfg(feature = "remote")]
     Remote {
-        store: Arc<crate::source::remote::Store>,
+        store: Arc<crate::source::storage::remote::Store>,
         key: String,
         size: u64,
     },

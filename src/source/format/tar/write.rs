@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::sidecar::write_sidecar;
 use super::{is_tar_name, Found};
 use crate::error::Error;
-use crate::source::walk::IMAGE_EXTENSIONS;
+use crate::source::format::dir::IMAGE_EXTENSIONS;
 use crate::source::Source;
 
 /// What [`write_shards`] wrote.

@@ -1,13 +1,13 @@
 //! File lists: one `PATH<TAB>LABEL` (or `PATH LABEL`) line a sample, read a line at a time
-//! (the pure core of [`Source::from_list_file`](super::Source::from_list_file)), and the one
+//! (the pure core of [`Source::from_list_file`](crate::Source::from_list_file)), and the one
 //! rule for labels, which tar shards' `.cls` members follow too.
 
 use std::path::{Path, PathBuf};
 
-use super::{os_to_bytes, FileIndex};
+use crate::source::{os_to_bytes, FileIndex};
 use crate::error::Error;
 
-/// Parses a list file's bytes (pure core of [`Source::from_list_file`](super::Source::from_list_file)).
+/// Parses a list file's bytes (pure core of [`Source::from_list_file`](crate::Source::from_list_file)).
 #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`
 pub(crate) fn parse_list(list: &Path, base: PathBuf, data: &[u8]) -> Result<FileIndex, Error> {
     parse_list_from(list, base, data, data.len() as u64)

@@ -3,17 +3,24 @@
 //! `remote.rs` for objects, the decode threads themselves for local files); a new kind of
 //! source is a new file in `source/` and an arm in each method here.
 
+pub(crate) mod dir;
+pub(crate) mod list;
+#[cfg(feature = "parquet")]
+pub(crate) mod parquet;
+pub(crate) mod tar;
+pub(crate) mod tfrecord;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::fetch::Fetch;
+use crate::source::fetch::Fetch;
 #[cfg(feature = "parquet")]
-use super::parquet::ParquetIndex;
-use super::shards::TarIndex;
-use super::tfrecord::TfRecordIndex;
+use parquet::ParquetIndex;
+use tar::TarIndex;
+use tfrecord::TfRecordIndex;
 #[cfg(feature = "remote")]
-use super::ObjectIndex;
-use super::{regular_file, FileIndex, SourceKind};
+use crate::source::ObjectIndex;
+use crate::source::{regular_file, FileIndex, SourceKind};
 use crate::error::Error;
 
 /// Where the bytes of a source's samples are.

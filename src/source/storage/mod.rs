@@ -2,6 +2,9 @@
 //! or an object in a store (with `remote`). Its readers open a byte range of it as a stream;
 //! an object is read with ranged requests, never downloaded whole ahead of use.
 
+#[cfg(feature = "remote")]
+pub(crate) mod remote;
+
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +22,7 @@ pub(crate) enum Place {
     /// Object `key` of `store`.
     #[cfg(feature = "remote")]
     Remote {
-        store: Arc<crate::source::remote::Store>,
+        store: Arc<crate::source::storage::remote::Store>,
         key: String,
     },
 }
@@ -71,7 +74,7 @@ impl Located {
     /// Object `key` of `store`, as listed.
     #[cfg(feature = "remote")]
     pub(crate) fn object(
-        store: &Arc<crate::source::remote::Store>,
+        store: &Arc<crate::source::storage::remote::Store>,
         key: String,
         size: u64,
         mtime: i64,

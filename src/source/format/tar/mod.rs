@@ -64,7 +64,7 @@ pub(crate) fn tar_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();
-        if crate::source::walk::is_hidden(&name) || !is_tar_name(&name.to_string_lossy()) {
+        if crate::source::format::dir::is_hidden(&name) || !is_tar_name(&name.to_string_lossy()) {
             continue;
         }
         if entry.path().is_file() {
@@ -108,7 +108,7 @@ pub(crate) struct TarIndex {
     /// The data length of each sample's `.cls` member (at most [`MAX_CLS_BYTES`]).
     label_len: Vec<u8>,
     #[cfg(feature = "remote")]
-    pub(crate) store: Option<std::sync::Arc<crate::source::remote::Store>>,
+    pub(crate) store: Option<std::sync::Arc<crate::source::storage::remote::Store>>,
 }
 
 impl TarIndex {
