@@ -120,6 +120,9 @@ impl MemoryBudget {
         // The fetch stage holds at most the reorder window's samples (its channel and the
         // window bound them) and at most its byte bound: typically the window's worth of
         // average samples (with half again for the spread of sizes), the bound at worst.
+        // (And the reader's tables of the shards of one shuffle block, or a parquet reader's
+        // row groups: held whatever the samples' sizes.)
+        let reader = source.backing.reader_bytes(cfg.shuffle.block());
         let fetch_bound = source.backing.byte_bound().unwrap_or(0);
         let fetch_typical = match source.mean_sample_bytes() {
             Some(mean) => ((cfg.tuning.reorder_window() as u64).saturating_add(threads))
@@ -165,7 +168,7 @@ impl MemoryBudget {
                 .saturating_add(3 + cfg.held_batches() as u64)
                 .saturating_mul(batch)
                 .saturating_add(pinned_bytes(cfg)),
-            fetch_bytes: fetch_typical,
+            fetch_bytes: fetch_typical.saturating_add(reader),
             fetch_reserve_bytes: fetch_bound - fetch_typical,
         }
     }

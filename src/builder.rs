@@ -51,7 +51,8 @@ impl Loader {
 impl LoaderBuilder {
     pub(crate) fn new(source: Source) -> Self {
         let mut cfg = Config::default();
-        cfg.shuffle.streamed = source.backing.streams().is_some();
+        cfg.shuffle.streamed = source.backing.units().is_some();
+        cfg.shuffle.default_block = source.backing.default_block();
         LoaderBuilder { source, cfg }
     }
 

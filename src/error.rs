@@ -181,6 +181,28 @@ impl Error {
         matches!(&*self.0, ErrorKind::Decode { .. })
     }
 
+    /// The same failure again, for a reader that remembers one (a shard whose table could not
+    /// be read fails each of its samples the same way): the same kind and path, the cause as
+    /// text.
+    pub(crate) fn again(&self) -> Error {
+        let text = |e: &dyn std::fmt::Display| e.to_string();
+        match &*self.0 {
+            ErrorKind::Io { path, source } => Error::io(
+                path.clone(),
+                std::io::Error::new(source.kind(), text(source)),
+            ),
+            ErrorKind::Remote { path, source } => Error::remote(
+                path.clone(),
+                std::io::Error::new(source.kind(), text(source)),
+            ),
+            ErrorKind::Decode { path, source } => {
+                Error::decode(path.clone(), DecodeFailure(text(source)))
+            }
+            ErrorKind::Source { path, reason } => Error::source(path.clone(), reason.clone()),
+            _ => Error::source(self.path().unwrap_or(Path::new("")), self.to_string()),
+        }
+    }
+
     /// The cause without the path, for recording a failed sample.
     pub(crate) fn reason(&self) -> String {
         match &*self.0 {

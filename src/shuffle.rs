@@ -36,6 +36,9 @@ pub(crate) struct ShuffleSettings {
     pub(crate) buffer: Option<usize>,
     /// The source is read as streams (tar shards, TFRecord, parquet).
     pub(crate) streamed: bool,
+    /// The block of a shuffled stream source when `buffer` is `None` (the source's own:
+    /// [`DEFAULT_BLOCK`], or fewer for parquet, whose reader holds whole row groups).
+    pub(crate) default_block: usize,
 }
 
 impl Default for ShuffleSettings {
@@ -44,6 +47,7 @@ impl Default for ShuffleSettings {
             enabled: true,
             buffer: None,
             streamed: false,
+            default_block: DEFAULT_BLOCK,
         }
     }
 }
@@ -55,7 +59,7 @@ impl ShuffleSettings {
     pub(crate) fn block(&self) -> usize {
         match (self.streamed, self.enabled, self.buffer) {
             (false, true, _) => 0,
-            (true, true, None) => DEFAULT_BLOCK,
+            (true, true, None) => self.default_block.max(1),
             (_, _, Some(b)) => b.max(1),
             (_, false, None) => 1,
         }
@@ -341,7 +345,7 @@ mod tests {
             }
             let n = u64::from(at);
             for streamed in [false, true] {
-                let settings = ShuffleSettings { enabled, buffer, streamed };
+                let settings = ShuffleSettings { enabled, buffer, streamed, ..Default::default() };
                 let order = if streamed {
                     Order::streams(&streams, parts, &settings, seed, 3)
                 } else {
@@ -381,6 +385,7 @@ mod tests {
             enabled: true,
             buffer: Some(400),
             streamed: true,
+            ..Default::default()
         };
         let order = Order::streams(&streams, 2, &s, 7, 0);
         for r in 0..2 {
@@ -397,6 +402,7 @@ mod tests {
             enabled: false,
             buffer: None,
             streamed: true,
+            ..Default::default()
         };
         let order = Order::streams(&streams, 2, &off, 7, 0);
         let rank1: Vec<u32> = (1..800).step_by(2).map(|q| order.at(q)).collect();

@@ -665,8 +665,9 @@ impl Cache {
         lock(&self.complete).as_ref().map(|m| m.len_bytes())
     }
 
-    /// The cache's answer for sample `index` (whose label the source says is `expected`) in an
-    /// epoch that uses it (`mode`): `Some` with the pixels written into `buf` (a hit), with
+    /// The cache's answer for sample `index` (whose label the source says is `expected`, where
+    /// the epoch read the source; the record's label is written there otherwise) in an epoch
+    /// that uses it (`mode`): `Some` with the pixels written into `buf` (a hit), with
     /// the failure recorded for the sample, or, for a corrupt record of a complete cache under
     /// [`CachePolicy::Fail`], an error naming the cache file and the record. `None` when the
     /// sample must be decoded: no cache, a record not yet present in a filling one, or a
@@ -676,26 +677,35 @@ impl Cache {
         &self,
         mode: &EpochCache,
         index: u32,
-        expected: u32,
+        expected: &mut Option<u32>,
         path: &Path,
         buf: &mut [u8],
         stats: &StatsCell,
     ) -> Option<Result<(), Error>> {
+        let want = *expected;
         let checked = |sample: Result<Sample, String>| {
-            sample.and_then(|sample| match sample {
-                Sample::Pixels { label } | Sample::Failed { label, .. } if label != expected => {
+            sample.and_then(|sample| match (sample, want) {
+                (Sample::Pixels { label } | Sample::Failed { label, .. }, Some(want))
+                    if label != want =>
+                {
                     Err(format!(
-                        "record {index} has label {label}, the source says {expected}"
+                        "record {index} has label {label}, the source says {want}"
                     ))
                 }
-                other => Ok(other),
+                (other, _) => Ok(other),
             })
         };
-        let found = |sample: Sample| {
+        let mut found = |sample: Sample| {
             stats.cache_hits.fetch_add(1, Relaxed);
             match sample {
-                Sample::Pixels { .. } => Ok(()),
-                Sample::Failed { message, .. } => Err(Error::decode(path, DecodeFailure(message))),
+                Sample::Pixels { label } => {
+                    *expected = Some(label);
+                    Ok(())
+                }
+                Sample::Failed { message, label } => {
+                    *expected = Some(label);
+                    Err(Error::decode(path, DecodeFailure(message)))
+                }
             }
         };
         match mode {

@@ -58,7 +58,13 @@ pub(super) struct Sink<'a> {
 impl Sink<'_> {
     /// Writes one slot: the sample at run position `k` (`padded`: a padding copy). `false`:
     /// the consumer is gone.
-    fn slot(&mut self, pixels: Vec<u8>, index: u32, padded: bool, k: usize) -> bool {
+    fn slot(
+        &mut self,
+        pixels: Vec<u8>,
+        (index, label): (u32, u32),
+        padded: bool,
+        k: usize,
+    ) -> bool {
         // Without `drop_remainder` a held batch is not the epoch's last once a slot follows.
         if !self.job.output.drop_remainder {
             if let Some((parts, position)) = self.held.take() {
@@ -68,7 +74,6 @@ impl Sink<'_> {
             }
         }
         self.batch_skips.append(&mut self.skips);
-        let label = self.epoch.source.index.label(index as usize);
         let full = self.timed(|batcher, fresh, recycle| {
             batcher.add(pixels, (label, u64::from(index), padded), fresh, recycle)
         });
@@ -102,12 +107,13 @@ impl Sink<'_> {
         true
     }
 
-    /// Writes a copy of `pixels` (sample `index`) as the slot of run position `k`.
-    fn copy(&mut self, pixels: &[u8], index: u32, k: usize) -> bool {
+    /// Writes a copy of `pixels` (sample `id`: index and label) as the slot of run position
+    /// `k`.
+    fn copy(&mut self, pixels: &[u8], id: (u32, u32), k: usize) -> bool {
         let mut copy = self.job.samples.1.try_recv().unwrap_or_default();
         copy.clear();
         copy.extend_from_slice(pixels);
-        self.slot(copy, index, true, k)
+        self.slot(copy, id, true, k)
     }
 
     /// A batch buffer from the pool, or a new one; for a device, with a slot of its ring
@@ -285,7 +291,8 @@ pub(super) fn batch_loop(
 /// for a stand-in and the last sample that loaded.
 struct Stand {
     owed: Vec<usize>,
-    last_good: Option<(Vec<u8>, u32)>,
+    /// Its pixels, index and label.
+    last_good: Option<(Vec<u8>, (u32, u32))>,
 }
 
 pub(super) fn batch_loop_inner(
@@ -320,15 +327,16 @@ pub(super) fn batch_loop_inner(
             epoch.window.release(next);
             match msg.result {
                 Ok(pixels) => {
+                    let id = (msg.index, msg.label);
                     if keep_size {
                         for owed in std::mem::take(&mut stand.owed) {
-                            if !sink.copy(&pixels, msg.index, owed) {
+                            if !sink.copy(&pixels, id, owed) {
                                 return Ok(());
                             }
                         }
-                        remember(&mut stand.last_good, &pixels, msg.index);
+                        remember(&mut stand.last_good, &pixels, id);
                     }
-                    if !sink.slot(pixels, msg.index, epoch.plan.is_padding(k), k) {
+                    if !sink.slot(pixels, id, epoch.plan.is_padding(k), k) {
                         return Ok(());
                     }
                 }
@@ -358,7 +366,7 @@ pub(super) fn batch_loop_inner(
     }
     if !stand.owed.is_empty() {
         // No sample loads after these: copies of the last one that did.
-        let Some((px, idx)) = stand.last_good.take() else {
+        let Some((px, id)) = stand.last_good.take() else {
             let last = last_error.unwrap_or_else(|| Error::config("shard", "no sample"));
             return Err(Error::new(ErrorKind::TooManyFailures {
                 skipped,
@@ -372,7 +380,7 @@ pub(super) fn batch_loop_inner(
             }));
         };
         for owed in std::mem::take(&mut stand.owed) {
-            if !sink.copy(&px, idx, owed) {
+            if !sink.copy(&px, id, owed) {
                 return Ok(());
             }
         }
@@ -386,9 +394,9 @@ pub(super) fn batch_loop_inner(
     Ok(())
 }
 
-fn remember(slot: &mut Option<(Vec<u8>, u32)>, pixels: &[u8], index: u32) {
-    let (buf, i) = slot.get_or_insert_with(|| (Vec::with_capacity(pixels.len()), 0));
+fn remember(slot: &mut Option<(Vec<u8>, (u32, u32))>, pixels: &[u8], id: (u32, u32)) {
+    let (buf, i) = slot.get_or_insert_with(|| (Vec::with_capacity(pixels.len()), (0, 0)));
     buf.clear();
     buf.extend_from_slice(pixels);
-    *i = index;
+    *i = id;
 }

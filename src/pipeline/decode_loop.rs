@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
+use super::fetch::{ByteBudget, Fetched};
 use super::handoff::HandoffSender;
 use super::{DecodeJob, Epoch, Loaded};
 use crate::decode::Decoder;
 use crate::decode::Target;
 use crate::decode::{base_len, flip_horizontal, Draw, Geometry};
 use crate::error::Error;
-use crate::source::fetch::{ByteBudget, Fetched};
 use crate::stats::add;
 
 /// Where a decode thread gets its work: claims from the window (local files), or fetched
@@ -57,7 +57,10 @@ pub(super) fn decode_loop(
             },
             Some(_) if !epoch.window.wait_active(thread) => break,
             Some((rx, _)) => match rx.recv() {
-                Ok(f) => (f.seq, f.index, f.bytes, f.held),
+                Ok(f) => {
+                    path = f.name;
+                    (f.seq, f.index, f.sample, f.held)
+                }
                 Err(_) => break, // the fetcher finished or stopped
             },
         };
@@ -68,27 +71,32 @@ pub(super) fn decode_loop(
             .try_recv()
             .unwrap_or_else(|_| vec![0u8; sample_len]);
         let busy = Instant::now();
+        // The label: a local file's from the index, a fetched sample's from its source, and
+        // with neither (an epoch reading a complete cache) the cache record's.
+        let mut label = None;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            epoch.source.index.path_into(index as usize, &mut path);
+            if from_fetch.is_none() {
+                epoch.source.index.path_into(index as usize, &mut path);
+                label = Some(epoch.source.index.label(index as usize));
+            }
             if job.panic_on_index == Some(u64::from(index)) {
                 panic!("injected panic (inject_panic_at_index)");
             }
-            let mut load_from = |input| {
-                load(
-                    epoch,
-                    job,
-                    &mut decoder,
-                    &path,
+            let mut load_from = |input, label: &mut Option<u32>| {
+                let at = At {
+                    path: &path,
                     index,
-                    input,
-                    &mut buf,
-                    &mut base,
-                )
+                    label,
+                };
+                load(epoch, job, &mut decoder, at, input, &mut buf, &mut base)
             };
             match fetched.take() {
-                None if from_fetch.is_none() => load_from(Input::File),
-                None => load_from(Input::CacheOnly),
-                Some(Ok(bytes)) => load_from(Input::Bytes(&bytes)),
+                None if from_fetch.is_none() => load_from(Input::File, &mut label),
+                None => load_from(Input::CacheOnly, &mut label),
+                Some(Ok(sample)) => {
+                    label = Some(sample.label);
+                    load_from(Input::Bytes(&sample.bytes), &mut label)
+                }
                 Some(Err(e)) => Err(e),
             }
         }));
@@ -108,12 +116,18 @@ pub(super) fn decode_loop(
                 decoder = new_decoder();
                 Err(Error::worker_panicked(
                     "decode",
-                    Some(epoch.source.index.path(index as usize)),
+                    Some(path.clone()),
                     &*payload,
                 ))
             }
         };
-        if !tx.put(Loaded { seq, index, result }) {
+        let label = label.unwrap_or(0);
+        if !tx.put(Loaded {
+            seq,
+            index,
+            label,
+            result,
+        }) {
             break; // the batcher stopped: shut down
         }
     }
@@ -138,13 +152,11 @@ pub(super) enum Input<'a> {
 /// from a complete cache by `Cache::lookup`, or decoded and recorded in a cache being
 /// written). A record holds what every epoch shares: the sample before its flip, or for a
 /// random transform the base image each epoch cuts its own box from (into `base`).
-#[allow(clippy::too_many_arguments)] // one sample: where it is, its bytes, its buffers
 pub(super) fn load(
     epoch: &Epoch,
     job: &DecodeJob,
     decoder: &mut Decoder,
-    path: &std::path::Path,
-    index: u32,
+    mut at: At<'_>,
     input: Input<'_>,
     buf: &mut [u8],
     base: &mut Vec<u8>,
@@ -153,32 +165,29 @@ pub(super) fn load(
     let draw = Draw {
         seed: job.seed,
         epoch: epoch.number,
-        index: u64::from(index),
+        index: u64::from(at.index),
     };
     let Some(cache) = &job.cache else {
-        return decode(
-            epoch,
-            job,
-            decoder,
-            path,
-            index,
-            input,
-            &geom,
-            Target::Sample(draw),
-            buf,
-        );
+        let sample = Target::Sample(draw);
+        return decode(epoch, job, decoder, &mut at, input, (&geom, sample), buf);
     };
-    let label = epoch.source.index.label(index as usize);
+    let path = at.path;
     let cached = |target: Target, geom: &Geometry, record: &mut [u8]| {
-        if let Some(found) =
-            cache.lookup(&epoch.cache_mode, index, label, path, record, &epoch.stats)
-        {
+        let index = at.index;
+        if let Some(found) = cache.lookup(
+            &epoch.cache_mode,
+            index,
+            at.label,
+            path,
+            record,
+            &epoch.stats,
+        ) {
             return found;
         }
-        let result = decode(
-            epoch, job, decoder, path, index, input, geom, target, record,
-        );
-        epoch.cache_mode.record(index, label, record, &result);
+        let result = decode(epoch, job, decoder, &mut at, input, (geom, target), record);
+        epoch
+            .cache_mode
+            .record(index, at.label.unwrap_or(0), record, &result);
         result
     };
     match job.base_side {
@@ -198,19 +207,25 @@ pub(super) fn load(
     }
 }
 
-/// Decodes one sample's bytes (from `input`) into `out`, as `target` says.
-#[allow(clippy::too_many_arguments)]
+/// A sample being loaded: its name in messages, its dataset index, and its label where the
+/// source gave it (`None`: a cache record or a read of its own fills it in).
+pub(super) struct At<'a> {
+    pub(super) path: &'a std::path::Path,
+    pub(super) index: u32,
+    pub(super) label: &'a mut Option<u32>,
+}
+
+/// Decodes one sample's bytes (from `input`) into `out`, as `geom` and `target` say.
 fn decode(
     epoch: &Epoch,
     job: &DecodeJob,
     decoder: &mut Decoder,
-    path: &std::path::Path,
-    index: u32,
+    at: &mut At<'_>,
     input: Input<'_>,
-    geom: &Geometry,
-    target: Target,
+    (geom, target): (&Geometry, Target),
     out: &mut [u8],
 ) -> Result<(), Error> {
+    let (path, index) = (at.path, at.index);
     if let Some(hook) = &job.failures {
         match (hook.0)(epoch.number, u64::from(index)) {
             Some(true) => {
@@ -231,9 +246,12 @@ fn decode(
     match input {
         Input::File => decoder.load_file(path, geom, target, &job.gate, out),
         Input::Bytes(bytes) => decoder.load_bytes(bytes, path, geom, target, &job.gate, out),
-        Input::CacheOnly => epoch
-            .source
-            .read_sample(index as usize, epoch.max_file_bytes)
-            .and_then(|bytes| decoder.load_bytes(&bytes, path, geom, target, &job.gate, out)),
+        Input::CacheOnly => {
+            let (sample, _) = epoch
+                .source
+                .read_sample(index as usize, epoch.max_file_bytes)?;
+            *at.label = Some(sample.label);
+            decoder.load_bytes(&sample.bytes, path, geom, target, &job.gate, out)
+        }
     }
 }

@@ -173,6 +173,7 @@ mod tests {
         Loaded {
             seq,
             index: seq as u32,
+            label: 0,
             result: Ok(Vec::new()),
         }
     }

@@ -81,10 +81,9 @@ mod plan;
 mod readahead;
 mod window;
 
-use crate::source::fetch::{ByteBudget, Fetched};
 use batch_loop::batch_loop;
 use decode_loop::decode_loop;
-use fetch::fetch_loop;
+use fetch::{fetch_loop, ByteBudget, Fetched};
 use handoff::handoff;
 #[cfg(feature = "__testing")]
 pub(crate) use plan::global_order;
@@ -111,6 +110,8 @@ pub(crate) struct Epoch {
     pub(crate) stats: Arc<StatsCell>,
     /// The largest file a sample may be (`DecodeSettings::max_file_bytes`).
     pub(crate) max_file_bytes: u64,
+    /// Samples the order mixes at once: a reader keeps the tables of the shards they span.
+    pub(crate) shuffle_block: usize,
 }
 
 /// The decode threads' settings and resources.
@@ -223,10 +224,11 @@ impl Pools {
     }
 }
 
-/// A loaded sample (or its error), tagged with its plan position.
+/// A loaded sample (or its error), tagged with its plan position, with its label.
 struct Loaded {
     seq: usize,
     index: u32,
+    label: u32,
     result: Result<Vec<u8>, Error>,
 }
 
@@ -307,6 +309,7 @@ pub(crate) fn start(
             cache_mode,
             stats,
             max_file_bytes: cfg.decode.max_file_bytes(),
+            shuffle_block: cfg.shuffle.block(),
         },
         decode: DecodeJob {
             settings: cfg.decode.clone(),

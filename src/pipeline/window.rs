@@ -2,9 +2,18 @@
 //! order, at most `size` ahead of the batcher. It also carries the epoch's live settings,
 //! which autotune changes while the epoch runs, and its cancel flag.
 
-use crate::source::fetch::TryClaim;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
+
+/// What [`Window::try_claim`] found.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) enum TryClaim {
+    Got(usize),
+    /// The window is full: wait for the batcher.
+    Full,
+    /// The plan is done or the epoch cancelled.
+    Done,
+}
 
 /// Lets decode threads claim plan positions in order, at most `size` ahead of the batcher.
 ///

@@ -17,7 +17,6 @@
 //! `remote` feature `remote.rs` (the object store client) and `url.rs` (opening a URL).
 
 mod containers;
-pub(crate) mod fetch;
 pub(crate) mod format;
 pub(crate) mod index;
 pub(crate) mod storage;
@@ -30,14 +29,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
-pub(crate) use format::Backing;
-pub(crate) use index::{check_count, os_to_bytes, FileIndex};
+use format::dir::class_folder_with_images;
 use format::list::{parse_list_from, shown};
 #[cfg(feature = "parquet")]
 pub use format::parquet::ParquetOptions;
 pub use format::tfrecord::TfRecordOptions;
-use format::dir::class_folder_with_images;
-use format::{dir as walk, tar as shards, tfrecord};
+pub(crate) use format::Backing;
+use format::{dir as walk, tar as shards};
+pub(crate) use index::{check_count, os_to_bytes, FileIndex};
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
 /// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
@@ -308,6 +307,9 @@ impl Source {
         }
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if meta.is_dir() {
+            if let Some(manifest) = format::manifest::in_folder(path) {
+                return Source::from_manifest_file(&manifest);
+            }
             if let Some(source) = containers::open_dir(path)? {
                 return Ok(source);
             }
@@ -331,6 +333,8 @@ impl Source {
                 ));
             }
             Source::from_tar_shards(shards)
+        } else if format::manifest::is_manifest(path) {
+            Source::from_manifest_file(path)
         } else if shards::is_tar_name(&path.to_string_lossy()) {
             Source::from_tar_shards([path])
         } else if let Some(source) = containers::open_file(path) {
@@ -338,6 +342,55 @@ impl Source {
         } else {
             Source::from_list_file(path)
         }
+    }
+
+    /// The dataset a local manifest lists (see [`Source::write_manifest`]).
+    fn from_manifest_file(path: &Path) -> Result<Source, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let manifest = format::manifest::Manifest::parse(&text, path)?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        format::manifest::open(
+            manifest,
+            path,
+            format::manifest::Base::Local(dir),
+            &TfRecordOptions::default(),
+            #[cfg(feature = "parquet")]
+            &ParquetOptions::default(),
+        )
+    }
+
+    /// Writes a manifest of this source's shards (tar shards, TFRecord files or parquet row
+    /// groups, with their sample counts, sizes and times) to `path`, or into `path` when it is
+    /// a folder (`imagefeed-manifest.tsv`; the name [`Source::open`] looks for in a folder or
+    /// prefix). Opening the dataset then reads that one file, instead of every shard's headers
+    /// (or in object storage, a listing and a read a shard). `path` may be a URL in the
+    /// source's store (`s3://bucket/data/`), for a source opened there. Files are written
+    /// relative to the manifest's folder where they lie below it. Returns where it wrote.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use imagefeed::{write_shards, Source};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// write_shards(&Source::from_dir("testdata/classes")?, dir.path(), 4, Some(0))?;
+    /// let shards = Source::open(dir.path())?; // the manifest `write_shards` wrote beside them
+    /// let again = shards.write_manifest(dir.path())?;
+    /// assert!(again.ends_with("imagefeed-manifest.tsv"));
+    /// assert_eq!(Source::open(dir.path())?.len(), shards.len());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) for a source of one file or object a
+    /// sample (a manifest lists shards), and the error of writing it, naming the file.
+    pub fn write_manifest(&self, path: impl AsRef<Path>) -> Result<PathBuf, Error> {
+        let path = path.as_ref();
+        let Some(units) = self.backing.units() else {
+            return Err(Error::source(
+                &self.index.origin,
+                "a manifest lists shards (tar, TFRecord, parquet); this source is one file or object a sample",
+            ));
+        };
+        format::manifest::write(units, self.kind(), path)
     }
 
     /// Tar shards in the WebDataset layout: each sample is a group of consecutive members
@@ -412,7 +465,7 @@ impl Source {
             .into_iter()
             .map(|p| p.as_ref().to_path_buf())
             .collect();
-        tfrecord::index_local(&paths, &options)
+        format::tfrecord::index_local(&paths, &options)
     }
 
     /// Parquet files with [`ParquetOptions::default`] (the Hugging Face `datasets` layout: an
@@ -521,6 +574,12 @@ impl Source {
     /// # Ok(()) }
     /// ```
     pub fn fingerprint(&self, hasher: &mut impl std::hash::Hasher, with_stamps: bool) {
+        if let Some(units) = self.backing.units() {
+            // A source read as streams: what identifies its samples is its units' names,
+            // counts and (stamped) sizes and times; its labels live in the units' bytes.
+            units.fingerprint(hasher, with_stamps);
+            return;
+        }
         let fetched = if with_stamps {
             self.fetch_stamps()
         } else {
@@ -558,30 +617,66 @@ impl Source {
         self.backing.stamp(&self.index, i, scratch)
     }
 
-    /// The encoded bytes of sample `i` (random access; the pipeline streams instead). Used to
-    /// write shards. Refuses more than `limit` bytes.
-    pub(crate) fn read_sample(&self, i: usize, limit: u64) -> Result<Vec<u8>, Error> {
-        self.backing.read_sample(&self.index, i, limit)
+    /// The encoded bytes and label of sample `i`, read by itself (random access; an epoch
+    /// reads in order instead), with its name in messages. Refuses more than `limit` bytes.
+    pub(crate) fn read_sample(
+        &self,
+        i: usize,
+        limit: u64,
+    ) -> Result<(format::Sample, PathBuf), Error> {
+        let mut name = PathBuf::new();
+        let sample = self.backing.read_sample(&self.index, i, limit, &mut name)?;
+        Ok((sample, name))
+    }
+
+    /// The name of sample `i` in messages, and its label, read from its unit (for a source
+    /// read as streams: a few milliseconds a call for tar, TFRecord and parquet).
+    fn sample_of(&self, i: usize) -> Option<(PathBuf, u32)> {
+        let mut name = PathBuf::new();
+        let label = self
+            .backing
+            .read_sample(&self.index, i, u64::MAX, &mut name)
+            .ok()
+            .map(|s| s.label);
+        Some((name, label.unwrap_or(0)))
     }
 
     /// The number of samples.
     pub fn len(&self) -> usize {
-        self.index.len()
+        match self.backing.units() {
+            Some(units) => units.len() as usize,
+            None => self.index.len(),
+        }
     }
 
     /// True if the source has no samples (never the case for a built source).
     pub fn is_empty(&self) -> bool {
-        self.index.len() == 0
+        self.len() == 0
     }
 
-    /// The full path of sample `i` (`None` if out of range).
+    /// The full path of sample `i` (`None` if out of range): for a sample of a tar shard,
+    /// TFRecord or parquet file, its name in messages (`shard-000003.tar[KEY.jpg]`), read from
+    /// its file.
     pub fn path(&self, i: usize) -> Option<PathBuf> {
-        (i < self.len()).then(|| self.index.path(i))
+        if i >= self.len() {
+            return None;
+        }
+        if self.backing.units().is_some() {
+            return self.sample_of(i).map(|(name, _)| name);
+        }
+        Some(self.index.path(i))
     }
 
-    /// The label of sample `i` (`None` if out of range).
+    /// The label of sample `i` (`None` if out of range). For a sample of a tar shard,
+    /// TFRecord or parquet file the sample is read (its file's table and its bytes).
     pub fn label(&self, i: usize) -> Option<u32> {
-        (i < self.len()).then(|| self.index.label(i))
+        if i >= self.len() {
+            return None;
+        }
+        if self.backing.units().is_some() {
+            return self.sample_of(i).map(|(_, label)| label);
+        }
+        Some(self.index.label(i))
     }
 
     /// Class names by label, for a class-folder source.
@@ -591,7 +686,10 @@ impl Source {
 
     /// The largest label plus one.
     pub fn num_classes(&self) -> u32 {
-        self.index.labels.iter().max().map_or(0, |m| m + 1)
+        match self.backing.units() {
+            Some(units) => units.num_classes,
+            None => self.index.labels.iter().max().map_or(0, |m| m + 1),
+        }
     }
 
     /// The mean encoded size of a sample where the index knows every sample's size (tar
@@ -600,7 +698,8 @@ impl Source {
         self.backing.mean_sample_bytes()
     }
 
-    /// Heap bytes the index holds (counted in the loader's memory budget).
+    /// Heap bytes the index holds (counted in the loader's memory budget): for a source read
+    /// as streams a few dozen bytes a shard, nothing per sample.
     pub fn heap_bytes(&self) -> u64 {
         self.index.heap_bytes() + self.backing.heap_bytes()
     }

@@ -4,13 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::format::tar::is_tar_name;
 #[cfg(feature = "remote")]
 use super::join_key;
-use super::storage::Located;
 #[cfg(feature = "remote")]
 use super::storage::remote::Listed;
-use super::format::tar::{assemble, index_shard, is_tar_name, parse_sidecar, sidecar_name, Head};
-use super::format::tar::{Shard, ShardLocation};
+use super::storage::Located;
 use super::{Backing, FileIndex, Source};
 use crate::error::Error;
 
@@ -27,64 +26,56 @@ pub(crate) fn open_remote(
 
     let (store, key) = Store::connect(url, options)?;
     let store = Arc::new(store);
-    let shard = |key: String, size: u64, mtime: i64| Shard {
-        name: store.url_of(&key),
-        location: ShardLocation::Remote(key),
-        size,
-        mtime: mtime as u128,
-        first: 0,
-        count: 0,
-    };
-    let remote_shards = |shards: Vec<Shard>, base: String, sidecars: Vec<bool>| {
-        let sizes: Vec<(String, u64, String)> = shards
-            .iter()
-            .map(|s| match &s.location {
-                ShardLocation::Remote(k) => (k.clone(), s.size, s.name.clone()),
-                ShardLocation::Local(_) => (String::new(), 0, s.name.clone()),
-            })
-            .collect();
-        let st = store.clone();
-        assemble(
-            shards,
-            PathBuf::from(store.url_of(&base)),
+    // A manifest, named by the URL or in the prefix: one GET opens the dataset.
+    {
+        use crate::source::format::manifest::{self, Manifest, MANIFEST_NAME};
+        let named = key.ends_with(MANIFEST_NAME);
+        let looks_like_a_file = key.rsplit('/').next().is_some_and(|n| n.contains('.'));
+        if named || !looks_like_a_file {
+            let manifest_key = if named {
+                key.clone()
+            } else {
+                join_key(&key, MANIFEST_NAME)
+            };
+            match store.get(&manifest_key, 1 << 30) {
+                Ok(bytes) => {
+                    let url_of = PathBuf::from(store.url_of(&manifest_key));
+                    let text = String::from_utf8_lossy(&bytes);
+                    let parsed = Manifest::parse(&text, &url_of)?;
+                    let prefix = parent_key(&manifest_key);
+                    let options = store.options.clone();
+                    return manifest::open(
+                        parsed,
+                        &url_of,
+                        manifest::Base::Remote {
+                            store: &store,
+                            prefix: &prefix,
+                        },
+                        &options.tfrecord,
+                        #[cfg(feature = "parquet")]
+                        &options.parquet,
+                    );
+                }
+                Err(e) if named => return Err(e),
+                Err(_) => {}
+            }
+        }
+    }
+    let max_bytes = store.options.max_bytes_in_flight;
+    let remote_shards = |shards: Vec<Located>, base: String| {
+        crate::source::format::tar::open_shards(
+            shards.into_iter().map(Arc::new).collect(),
             PathBuf::from(url),
-            move |k| {
-                let (key, size, name) = &sizes[k];
-                if *size == 0 {
-                    return Err(Error::source(name, "empty object: not a tar shard"));
-                }
-                // A sidecar index written by `imagefeed shards`: a few kilobytes instead of
-                // the whole shard. One that does not match the shard is ignored.
-                if sidecars[k] {
-                    let idx = sidecar_name(key);
-                    match st
-                        .get(&idx, 64 << 20)
-                        .map_err(|e| e.to_string())
-                        .and_then(|d| parse_sidecar(&d, *size))
-                    {
-                        Ok(found) => return Ok(found),
-                        Err(why) => log::warn!(
-                            "{}: ignoring the index ({why}); reading the shard to index it",
-                            st.url_of(&idx)
-                        ),
-                    }
-                }
-                let reader = st.range_reader(key, 0, *size)?;
-                let mut archive = tar::Archive::new(std::io::BufReader::new(Head::new(reader)));
-                let entries = archive.entries().map_err(|e| Error::io(name, e))?;
-                index_shard(entries, name, *size)
-                    .map_err(|e| archive.into_inner().get_ref().explain(e, name))
-            },
-            Some(store.clone()),
+            PathBuf::from(store.url_of(&base)),
+            None,
+            max_bytes,
         )
     };
     if is_tar_name(&key) {
         let (size, mtime) = store.head(&key)?;
-        let sidecar = store.head(&sidecar_name(&key)).is_ok();
         return remote_shards(
-            vec![shard(key.clone(), size, mtime)],
+            vec![Located::object(&store, key.clone(), size, mtime)],
             parent_key(&key),
-            vec![sidecar],
         );
     }
     if let Some(kind) = container_name(&key) {
@@ -168,7 +159,8 @@ pub(crate) fn open_remote(
             "TFRecord files"
         };
         if let Some(image) = listed.iter().filter(visible).find(|o| {
-            o.key.contains('/') && crate::source::format::dir::has_image_extension(Path::new(&o.key))
+            o.key.contains('/')
+                && crate::source::format::dir::has_image_extension(Path::new(&o.key))
         }) {
             return Err(Error::source(
                 url,
@@ -208,16 +200,11 @@ pub(crate) fn open_remote(
         ));
     }
     if !tars.is_empty() {
-        let keys: std::collections::HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
-        let sidecars = tars
-            .iter()
-            .map(|o| keys.contains(sidecar_name(&o.key).as_str()))
-            .collect();
         let shards = tars
             .into_iter()
-            .map(|o| shard(join_key(&key, &o.key), o.size, o.mtime))
+            .map(|o| Located::object(&store, join_key(&key, &o.key), o.size, o.mtime))
             .collect();
-        return remote_shards(shards, key.clone(), sidecars);
+        return remote_shards(shards, key.clone());
     }
     // Images: class "folders" (first key component) when there are any.
     let images: Vec<_> = listed
@@ -328,7 +315,7 @@ fn tfrecord_objects<'a>(
             }
         })
         .collect();
-    let keep = crate::source::format::tfrecord::in_parallel(candidates.len(), |k| {
+    let keep = crate::source::format::units::in_parallel(candidates.len(), Path::new(key), |k| {
         let o = candidates[k];
         if container_name(&o.key).is_some() {
             return Ok(true);
@@ -353,9 +340,13 @@ fn open_containers(
     base: PathBuf,
 ) -> Result<Source, Error> {
     match kind {
-        Container::TfRecord => {
-            crate::source::format::tfrecord::index_files(files, origin, base, &store.options.tfrecord)
-        }
+        Container::TfRecord => crate::source::format::tfrecord::index_files(
+            files,
+            origin,
+            base,
+            &store.options.tfrecord,
+            None,
+        ),
         #[cfg(feature = "parquet")]
         Container::Parquet => {
             crate::source::format::parquet::index_files(files, origin, base, &store.options.parquet)

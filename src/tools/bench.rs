@@ -190,6 +190,7 @@ pub fn epoch_order(n: u32, shard: u32, block: usize, seed: u64) -> u64 {
         enabled: true,
         buffer: Some(block),
         streamed: shard > 0,
+        ..Default::default()
     };
     let order = if shard == 0 {
         crate::shuffle::Order::random(n as usize, &settings, seed, 0)

@@ -696,7 +696,7 @@ fn one_by_one(source: &Source, on_error: OnError) -> Loader {
 }
 
 #[test]
-fn a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
+fn a_shard_rewritten_after_opening_is_an_error_not_a_wrong_label() {
     // Two photos of different sizes, so that reordering moves every member's offset while the
     // shard keeps its size: what a stale `.tar.idx` sidecar or a shard rewritten under a
     // running loader looks like.
@@ -743,13 +743,13 @@ fn a_shard_rewritten_after_indexing_is_an_error_not_a_wrong_label() {
     assert_eq!(errors.len(), 1);
     let message = errors[0].to_string();
     assert!(
-        message.contains("s.tar[a.jpg]") && message.contains("not what was indexed"),
+        message.contains("s.tar") && message.contains("not what was indexed"),
         "{message}"
     );
 }
 
 #[test]
-fn a_shard_relabeled_at_the_same_size_after_indexing_is_an_error_not_an_old_label() {
+fn a_shard_relabeled_at_the_same_size_after_opening_is_an_error_not_an_old_label() {
     // Only a label member changes ("0" becomes "5"): every image member's header, size and
     // place stay as indexed, which is what a relabeled shard re-uploaded beside its old
     // `.tar.idx` sidecar looks like. The label is checked as the stream passes it, whether it
@@ -792,9 +792,11 @@ fn a_shard_relabeled_at_the_same_size_after_indexing_is_an_error_not_an_old_labe
             std::fs::metadata(&shard).unwrap().len() as usize
         );
         std::fs::write(&shard, &relabeled).unwrap();
+        // The shard changed since the source was opened: none of its samples is delivered,
+        // under the old label or the new one.
         assert_eq!(
             labels(&loader(OnError::SKIP_ALL)),
-            [1],
+            Vec::<u32>::new(),
             "label first: {label_first}"
         );
         let err = loader(OnError::Fail)
@@ -803,8 +805,8 @@ fn a_shard_relabeled_at_the_same_size_after_indexing_is_an_error_not_an_old_labe
             .expect("an error");
         let message = err.to_string();
         assert!(
-            message.contains("s.tar[a.jpg]")
-                && message.contains("holds `5`, the index says 0")
+            message.contains("s.tar")
+                && message.contains("changed since the source was opened")
                 && err.is_data_error(),
             "{message}"
         );
@@ -813,7 +815,7 @@ fn a_shard_relabeled_at_the_same_size_after_indexing_is_an_error_not_an_old_labe
         let e = imagefeed::write_shards(&source, out.path(), 4, None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("s.tar[a.jpg]") && e.contains("holds `5`"), "{e}");
+        assert!(e.contains("s.tar") && e.contains("changed since"), "{e}");
     }
 }
 

@@ -49,3 +49,44 @@ pub(crate) fn shards(
     );
     Ok(())
 }
+
+/// `imagefeed index`: writes a manifest of `source`'s shards.
+pub(crate) fn index(
+    source: &std::path::Path,
+    out: Option<&std::path::Path>,
+) -> Result<(), AnyError> {
+    let start = Instant::now();
+    let opened = Source::open(source)?;
+    let opening = start.elapsed().as_secs_f64();
+    // By default into the dataset's folder or prefix: a shard's folder, or the URL's prefix
+    // when it names one object.
+    let text = source.to_string_lossy();
+    let default = if text.contains("://") {
+        let named_object = text
+            .rsplit('/')
+            .next()
+            .is_some_and(|n| n.contains('.') && !text.ends_with('/'));
+        if named_object {
+            std::path::PathBuf::from(text.rsplit_once('/').map_or(&*text, |(p, _)| p))
+        } else {
+            source.to_path_buf()
+        }
+    } else if source.is_dir() {
+        source.to_path_buf()
+    } else {
+        source
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf()
+    };
+    let written = opened.write_manifest(out.unwrap_or(&default))?;
+    println!(
+        "wrote {} ({} samples of {}, {:?}; opening read the shards in {opening:.1} s)",
+        written.display(),
+        opened.len(),
+        source.display(),
+        opened.kind()
+    );
+    Ok(())
+}

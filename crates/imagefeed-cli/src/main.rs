@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand};
 
 use args::{BenchArgs, DecoderArg, FilterArg};
 use bench::{bench, default_benchmark};
-use datasets::{corpus, shards};
+use datasets::{corpus, index, shards};
 use floor::{floor, stock_paths_then};
 use gpu::{gpu_copy, gpu_info};
 use sweep::sweep;
@@ -86,6 +86,17 @@ enum Command {
         #[arg(long)]
         no_shuffle: bool,
     },
+    /// Write a manifest of a dataset's shards (tar shards, TFRecord or parquet files; local or
+    /// in object storage): one small file listing each shard's samples, size and time, which
+    /// opening then reads instead of every shard (`imagefeed shards` writes one already).
+    Index {
+        /// The dataset: a folder or file of shards, or a URL (`s3://bucket/data/`).
+        source: PathBuf,
+        /// Where to write it [default: `imagefeed-manifest.tsv` in the dataset's folder or
+        /// prefix, where opening looks for it].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Decode-only throughput of the loader's JPEG decoder: the floor the pipeline approaches.
     Floor {
         /// A file list or a folder of class folders.
@@ -152,9 +163,12 @@ fn tune_allocator() {}
 
 fn main() -> ExitCode {
     tune_allocator();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_timestamp(None)
-        .init();
+    // Warnings, and what opening a large dataset says of its progress.
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,imagefeed::source=info"),
+    )
+    .format_timestamp(None)
+    .init();
     let cli = Cli::parse();
     let result = match cli.command {
         None => default_benchmark(),
@@ -175,6 +189,7 @@ fn main() -> ExitCode {
             seed,
             no_shuffle,
         }) => shards(&source, &out_dir, shard_size, (!no_shuffle).then_some(seed)),
+        Some(Command::Index { source, out }) => index(&source, out.as_deref()),
         Some(Command::Floor {
             source,
             threads,

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::source::{os_to_bytes, FileIndex};
 use crate::error::Error;
+use crate::source::{os_to_bytes, FileIndex};
 
 /// Parses a list file's bytes (pure core of [`Source::from_list_file`](crate::Source::from_list_file)).
 #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`

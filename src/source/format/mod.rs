@@ -1,40 +1,80 @@
-//! [`Backing`]: where a source's samples' bytes are, and the one place that matches on the
-//! kind of source. Each kind reads its bytes in a file of its own (`shards/` for tar shards,
-//! `remote.rs` for objects, the decode threads themselves for local files); a new kind of
-//! source is a new file in `source/` and an arm in each method here.
+//! Formats: how a source's samples are laid out, one module each — file lists (`list.rs`),
+//! class folders (`dir.rs`), tar shards (`tar/`), TFRecord files (`tfrecord/`), parquet files
+//! (`parquet/`) — and [`Backing`], the one place that chooses among them.
+//!
+//! A format that is not one local file a sample gives the pipeline's fetch loop
+//! (`pipeline/fetch.rs`) a [`Reader`]: how many bytes to reserve for a sample, and the
+//! sample's bytes and label. The loop owns the claiming, the byte budget and the channel to
+//! the decoders; a reader owns only what stays open between samples (files, the sample tables
+//! of the shards being read). Adding a format is a folder here and an arm in each method of
+//! [`Backing`].
 
 pub(crate) mod dir;
 pub(crate) mod list;
+pub(crate) mod manifest;
 #[cfg(feature = "parquet")]
 pub(crate) mod parquet;
 pub(crate) mod tar;
 pub(crate) mod tfrecord;
+pub(crate) mod units;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::source::fetch::Fetch;
 #[cfg(feature = "parquet")]
 use parquet::ParquetIndex;
-use tar::TarIndex;
-use tfrecord::TfRecordIndex;
+use tar::TarSet;
+use tfrecord::TfRecordSet;
+use units::Units;
+
+use crate::error::Error;
 #[cfg(feature = "remote")]
 use crate::source::ObjectIndex;
 use crate::source::{regular_file, FileIndex, SourceKind};
-use crate::error::Error;
 
-/// Where the bytes of a source's samples are.
+/// One sample read by a [`Reader`]: its encoded bytes, its label and its name in messages.
+#[derive(Debug)]
+pub(crate) struct Sample {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) label: u32,
+}
+
+/// What a [`Reader`] made of one sample: read now, or a request to await beside others.
+pub(crate) enum Step {
+    Done(Result<Sample, Error>),
+    #[cfg(feature = "remote")]
+    Pending(futures_util::future::BoxFuture<'static, Result<Sample, Error>>),
+}
+
+/// A format's reader for one epoch's fetch loop, or for one random read.
+pub(crate) trait Reader: Send {
+    /// Bytes to reserve in the fetch budget before reading sample `i`: its size where the
+    /// format knows it, else a typical size (the budget is corrected once it is read).
+    fn reserve(&mut self, i: u32) -> u64;
+
+    /// Reads sample `i` into a [`Sample`] (its name written into `name`, for messages),
+    /// refusing one of more than `limit` bytes.
+    fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step;
+
+    /// The store whose runtime drives pending reads, and the most requests in flight.
+    #[cfg(feature = "remote")]
+    fn store(&self) -> Option<(Arc<crate::source::storage::remote::Store>, usize)> {
+        None
+    }
+}
+
+/// Where the bytes of a source's samples are, and how they are laid out.
 #[derive(Debug, Clone)]
 pub(crate) enum Backing {
-    /// Local files: the index paths.
+    /// Local files: the index paths. The decode threads read them.
     Files,
     /// Objects: index paths are keys relative to `prefix` in `store`.
     #[cfg(feature = "remote")]
     Objects(Arc<ObjectIndex>),
-    /// Members of tar shards.
-    Tar(Arc<TarIndex>),
-    /// Records of TFRecord shards.
-    TfRecord(Arc<TfRecordIndex>),
+    /// Samples in tar shards.
+    Tar(Arc<TarSet>),
+    /// Records of TFRecord files.
+    TfRecord(Arc<TfRecordSet>),
     /// Rows of parquet files.
     #[cfg(feature = "parquet")]
     Parquet(Arc<ParquetIndex>),
@@ -54,10 +94,44 @@ impl Backing {
         }
     }
 
-    /// Size and modification time of sample `i`'s bytes, for the stamped fingerprint.
+    /// The units of a source read as streams; `None` for one read at random.
+    pub(crate) fn units(&self) -> Option<&Units> {
+        match self {
+            Backing::Tar(t) => Some(&t.units),
+            Backing::TfRecord(t) => Some(&t.units),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => Some(&p.units),
+            _ => None,
+        }
+    }
+
+    /// A reader for the fetch loop or for random reads; `None` for local files, which the
+    /// decode threads read themselves.
+    pub(crate) fn reader(&self, index: &FileIndex, block: usize) -> Option<Box<dyn Reader>> {
+        #[cfg(not(feature = "remote"))]
+        let _ = index;
+        let reader: Box<dyn Reader> = match self {
+            Backing::Files => return None,
+            #[cfg(feature = "remote")]
+            Backing::Objects(o) => Box::new(o.reader(index)),
+            Backing::Tar(t) => Box::new(t.reader(block)),
+            Backing::TfRecord(t) => Box::new(t.reader(block)),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => Box::new(p.reader(block)),
+        };
+        Some(reader)
+    }
+
+    /// Size and modification time of sample `i`'s bytes, for the stamped fingerprint of a
+    /// source read at random (sources read as streams stamp their units instead).
     pub(crate) fn stamp(&self, index: &FileIndex, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
         match self {
-            Backing::Files => {
+            #[cfg(feature = "remote")]
+            Backing::Objects(o) => {
+                let (size, mtime) = o.stamps[i];
+                (size, mtime as u128)
+            }
+            _ => {
                 index.path_into(i, scratch);
                 match std::fs::metadata(&*scratch) {
                     Ok(m) => {
@@ -71,15 +145,6 @@ impl Backing {
                     Err(_) => (u64::MAX, 0),
                 }
             }
-            #[cfg(feature = "remote")]
-            Backing::Objects(o) => {
-                let (size, mtime) = o.stamps[i];
-                (size, mtime as u128)
-            }
-            Backing::Tar(t) => t.stamp(i),
-            Backing::TfRecord(t) => t.stamp(i),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.stamp(i),
         }
     }
 
@@ -109,19 +174,22 @@ impl Backing {
         None
     }
 
-    /// The encoded bytes of sample `i` (random access; the pipeline streams instead). Used to
-    /// write shards, and to decode a sample again when a cache record fails. Refuses more
-    /// than `limit` bytes.
+    /// Sample `i` read by itself (random access; an epoch's fetch loop reads in order
+    /// instead): its bytes and label. Used to write shards, to decode a sample again when a
+    /// cache record fails, and by `Source::label`. Refuses more than `limit` bytes.
+    /// Its name in messages is written into `name`.
     pub(crate) fn read_sample(
         &self,
         index: &FileIndex,
         i: usize,
         limit: u64,
-    ) -> Result<Vec<u8>, Error> {
-        match self {
-            Backing::Files => {
+        name: &mut PathBuf,
+    ) -> Result<Sample, Error> {
+        match self.reader(index, 1) {
+            None => {
                 use std::io::Read;
                 let path = index.path(i);
+                name.clone_from(&path);
                 regular_file(&path)?;
                 let mut out = Vec::new();
                 std::fs::File::open(&path)
@@ -135,27 +203,29 @@ impl Backing {
                         crate::error::DecodeFailure(format!("over the {limit}-byte limit")),
                     ));
                 }
-                Ok(out)
+                Ok(Sample {
+                    bytes: out,
+                    label: index.label(i),
+                })
             }
-            #[cfg(feature = "remote")]
-            Backing::Objects(o) => o.store.get(&o.key(index, i), limit),
-            Backing::Tar(t) => t.read_member(i, index.label(i), &index.path(i), limit),
-            Backing::TfRecord(t) => t.read_one(i, index.label(i), &index.path(i), limit),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.read_one(i, &index.path(i), limit),
+            Some(mut reader) => match reader.read(i as u32, name, limit) {
+                Step::Done(r) => r,
+                #[cfg(feature = "remote")]
+                Step::Pending(f) => match reader.store() {
+                    Some((store, _)) => store.block_on(f),
+                    None => Err(Error::io(
+                        &*name,
+                        std::io::Error::other("no store to read from"),
+                    )),
+                },
+            },
         }
     }
 
-    /// The mean encoded size of a sample where the index knows every sample's size (tar
-    /// shards); `None` for local files and objects.
+    /// The mean encoded size of a sample where opening learned it; `None` for local files and
+    /// objects.
     pub(crate) fn mean_sample_bytes(&self) -> Option<u64> {
-        match self {
-            Backing::Tar(t) => t.mean_len(),
-            Backing::TfRecord(t) => t.mean_len(),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.mean_len(),
-            _ => None,
-        }
+        self.units().and_then(|u| u.mean_sample_bytes)
     }
 
     /// Heap bytes beyond the paths and labels (counted in the loader's memory budget).
@@ -164,10 +234,29 @@ impl Backing {
             Backing::Files => 0,
             #[cfg(feature = "remote")]
             Backing::Objects(o) => (o.stamps.capacity() * 16) as u64,
-            Backing::Tar(t) => t.heap_bytes(),
-            Backing::TfRecord(t) => t.heap_bytes(),
+            _ => self.units().map_or(0, Units::heap_bytes),
+        }
+    }
+
+    /// What a reader holds at most besides the fetched bytes: the sample tables of the units
+    /// of one shuffle block of `block` samples, and the format's own buffers.
+    pub(crate) fn reader_bytes(&self, block: usize) -> u64 {
+        match self {
+            Backing::Tar(t) => t.reader_bytes(block),
+            Backing::TfRecord(t) => t.reader_bytes(block),
             #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.heap_bytes(),
+            Backing::Parquet(p) => p.reader_bytes(block),
+            _ => 0,
+        }
+    }
+
+    /// The shuffle block of this source when the user sets none: what a reader's tables hold
+    /// well ([`crate::shuffle::DEFAULT_BLOCK`], or a parquet source's row groups that fit).
+    pub(crate) fn default_block(&self) -> usize {
+        match self {
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => p.default_block(),
+            _ => crate::shuffle::DEFAULT_BLOCK,
         }
     }
 
@@ -191,36 +280,9 @@ impl Backing {
         matches!(self, Backing::Files)
     }
 
-    /// For a source read as streams (tar shards, TFRecord shards, parquet row groups): each stream's samples, as a range of
-    /// consecutive dataset indices, in the source's order. `None` for random access.
+    /// For a source read as streams: each unit's samples, as a range of consecutive dataset
+    /// indices, in the source's order. `None` for random access.
     pub(crate) fn streams(&self) -> Option<Vec<std::ops::Range<u32>>> {
-        match self {
-            Backing::Tar(tar) => Some(
-                tar.shards
-                    .iter()
-                    .map(|s| s.first..s.first + s.count)
-                    .collect(),
-            ),
-            Backing::TfRecord(t) => Some(t.streams()),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => Some(p.streams()),
-            Backing::Files => None,
-            #[cfg(feature = "remote")]
-            Backing::Objects(_) => None,
-        }
-    }
-
-    /// Reads the bytes of the samples `f` claims and sends them on, until the plan is done,
-    /// the epoch is cancelled or the decode threads are gone.
-    pub(crate) fn fetch(&self, f: &Fetch<'_>) {
-        match self {
-            Backing::Files => {}
-            Backing::Tar(tar) => tar.fetch(f),
-            Backing::TfRecord(t) => t.fetch(f),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.fetch(f),
-            #[cfg(feature = "remote")]
-            Backing::Objects(objects) => objects.fetch(f),
-        }
+        self.units().map(Units::streams)
     }
 }

@@ -90,6 +90,30 @@ impl Located {
         }
     }
 
+    /// An error naming the file if a local file's size or modification time is no longer what
+    /// opening recorded (it was rewritten since): its samples would no longer be the ones the
+    /// source was opened with. Nothing to check for bytes in memory; an object's size is
+    /// checked by the ranged requests that read it.
+    pub(crate) fn check_unchanged(&self) -> Result<(), Error> {
+        let Place::Local(path) = &self.place else {
+            return Ok(());
+        };
+        let now = Located::local(path, "the file opened")?;
+        if (now.size, now.mtime) == (self.size, self.mtime) {
+            return Ok(());
+        }
+        Err(Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the file is not what was indexed: it changed since the source was opened ({} bytes, where {} were recorded, or another modification time); open the source again",
+                    now.size, self.size
+                ),
+            ),
+        ))
+    }
+
     /// Bytes `start..end` as one stream (for an object: one request, streamed).
     pub(crate) fn open(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send>, Error> {
         match &self.place {
@@ -125,4 +149,35 @@ impl Located {
             .map_err(|e| Error::io(&self.path, e))?;
         Ok(out)
     }
+}
+
+/// A new temporary file with no name (removed as soon as it is created, on Unix), in the
+/// system's temporary folder (`TMPDIR`): its space is given back when it is closed, however
+/// the process ends.
+pub(crate) fn unnamed_temp_file() -> std::io::Result<std::fs::File> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir();
+    for _ in 0..100 {
+        let path = dir.join(format!(
+            "imagefeed-{}-{}.tmp",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => {
+                #[cfg(unix)]
+                std::fs::remove_file(&path)?;
+                return Ok(file);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no free temporary file name"))
 }

@@ -20,7 +20,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, GetOptions, GetRange, ObjectStore, RetryConfig};
 
 use crate::error::Error;
-use crate::source::fetch::{Fetch, Fetched, TryClaim};
+use crate::source::format::{Reader, Sample, Step};
 use crate::source::{ObjectIndex, RemoteOptions};
 
 /// A connected object store and the prefix a source lives under.
@@ -244,6 +244,18 @@ impl Store {
         )
     }
 
+    /// Writes `bytes` as object `key` (replacing it).
+    pub(crate) fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), Error> {
+        self.rt
+            .block_on(object_store::ObjectStoreExt::put(
+                &*self.store,
+                &object_path(key),
+                bytes.into(),
+            ))
+            .map(|_| ())
+            .map_err(|e| self.error(key, e))
+    }
+
     /// The whole object `key`, refused if larger than `limit` bytes.
     pub(crate) fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>, Error> {
         self.rt.block_on(self.get_async(key, limit))
@@ -288,6 +300,17 @@ impl Store {
     /// Bytes `start..end` of `key`, in one request; an error if the object ends before `end`.
     #[cfg_attr(not(feature = "parquet"), allow(dead_code))] // the parquet reader's
     pub(crate) fn get_range(&self, key: &str, start: u64, end: u64) -> Result<Bytes, Error> {
+        self.rt.block_on(self.get_range_async(key, start, end))
+    }
+
+    /// Bytes `start..end` of `key`, in one request, awaited: an error if the object ends
+    /// before `end`.
+    pub(crate) async fn get_range_async(
+        &self,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Bytes, Error> {
         if start >= end {
             return Ok(Bytes::new());
         }
@@ -295,16 +318,14 @@ impl Store {
             range: Some(GetRange::Bounded(start..end)),
             ..Default::default()
         };
-        let bytes = self
-            .rt
-            .block_on(async {
-                self.store
-                    .get_opts(&object_path(key), options)
-                    .await?
-                    .bytes()
-                    .await
-            })
-            .map_err(|e| self.error(key, e))?;
+        let got = async {
+            self.store
+                .get_opts(&object_path(key), options)
+                .await?
+                .bytes()
+                .await
+        };
+        let bytes = got.await.map_err(|e| self.error(key, e))?;
         if (bytes.len() as u64) < end - start {
             return Err(Error::io(
                 self.url_of(key),
@@ -426,99 +447,49 @@ impl Read for Windows {
     }
 }
 
+/// The reader of a source of objects: one request a sample, awaited beside the others.
+pub(crate) struct ObjectReader {
+    objects: Arc<ObjectIndex>,
+    index: crate::source::FileIndex,
+}
+
 impl ObjectIndex {
-    /// Fetches the claimed samples' objects, up to `max_requests` at a time (see
-    /// `source/fetch.rs`).
-    pub(crate) fn fetch(&self, f: &Fetch<'_>) {
-        let (objects, budget, tx) = (self, f.budget, f.tx);
-        use futures_util::stream::FuturesUnordered;
-        use futures_util::StreamExt;
-        use std::future::Future;
-        use std::pin::Pin;
-
-        /// Reserved for an object of unknown size (named by a list file, not listed).
-        const UNKNOWN_SIZE: u64 = 256 << 10;
-        type Done = (usize, u32, u64, Result<Vec<u8>, Error>);
-
-        let store = &objects.store;
-        let max_requests = store.options.max_requests.max(1);
-        let limit = f.limit;
-        let cancelled = || f.claims.is_cancelled();
-        let mut inflight: FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>> =
-            FuturesUnordered::new();
-        let mut pending: Option<(usize, u64)> = None;
-        let mut finished = false;
-        loop {
-            // Start requests while there is room: positions in the window, requests, bytes.
-            while !finished && inflight.len() < max_requests {
-                let (seq, size) = match pending.take() {
-                    Some(p) => p,
-                    None => {
-                        let claim = if inflight.is_empty() {
-                            f.claims.claim()
-                        } else {
-                            match f.claims.try_claim() {
-                                TryClaim::Got(seq) => Some(seq),
-                                TryClaim::Full => break,
-                                TryClaim::Done => None,
-                            }
-                        };
-                        let Some(seq) = claim else {
-                            finished = true;
-                            break;
-                        };
-                        let index = f.plan.at(seq) as usize;
-                        let size = match objects.stamps[index].0 {
-                            0 => UNKNOWN_SIZE,
-                            n => n.min(limit),
-                        };
-                        (seq, size)
-                    }
-                };
-                let reserved = if inflight.is_empty() {
-                    budget.acquire(size, &cancelled)
-                } else {
-                    budget.try_acquire(size)
-                };
-                if !reserved {
-                    if inflight.is_empty() {
-                        return; // cancelled
-                    }
-                    pending = Some((seq, size));
-                    break;
-                }
-                let index = f.plan.at(seq);
-                let key = objects.key(f.index, index as usize);
-                let st = store.clone();
-                inflight.push(Box::pin(async move {
-                    let r = st.get_async(&key, limit).await;
-                    (seq, index, size, r)
-                }));
-            }
-            if inflight.is_empty() {
-                if finished || cancelled() {
-                    return;
-                }
-                continue;
-            }
-            let Some((seq, index, reserved, result)) = store.block_on(inflight.next()) else {
-                continue;
-            };
-            let held = match &result {
-                Ok(bytes) => bytes.len() as u64,
-                Err(_) => 0,
-            };
-            budget.adjust(reserved, held);
-            let f = Fetched {
-                seq,
-                index,
-                bytes: Some(result),
-                held,
-            };
-            if tx.send(f).is_err() {
-                return;
-            }
+    /// A reader over `index`'s objects.
+    pub(crate) fn reader(self: &Arc<Self>, index: &crate::source::FileIndex) -> ObjectReader {
+        ObjectReader {
+            objects: self.clone(),
+            index: index.clone(),
         }
+    }
+}
+
+/// Reserved for an object of unknown size (named by a list file, not listed).
+const UNKNOWN_SIZE: u64 = 256 << 10;
+
+impl Reader for ObjectReader {
+    fn reserve(&mut self, i: u32) -> u64 {
+        match self.objects.stamps[i as usize].0 {
+            0 => UNKNOWN_SIZE,
+            n => n,
+        }
+    }
+
+    fn read(&mut self, i: u32, name: &mut std::path::PathBuf, limit: u64) -> Step {
+        let key = self.objects.key(&self.index, i as usize);
+        let store = self.objects.store.clone();
+        *name = std::path::PathBuf::from(store.url_of(&key));
+        let label = self.index.label(i as usize);
+        Step::Pending(Box::pin(async move {
+            let bytes = store.get_async(&key, limit).await?;
+            Ok(Sample { bytes, label })
+        }))
+    }
+
+    fn store(&self) -> Option<(Arc<Store>, usize)> {
+        Some((
+            self.objects.store.clone(),
+            self.objects.store.options.max_requests,
+        ))
     }
 }
 

@@ -4,18 +4,15 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::Arc;
 
-use super::{cls_label, split_member, Found, Shard, ShardLocation, TarIndex, BLOCK};
-use super::{MAX_CLS_BYTES, NO_LABEL_MEMBER};
+use super::{cls_label, split_member, Found, TarSet, BLOCK, MAX_CLS_BYTES};
 use crate::error::Error;
-use crate::source::format::list::compression_of;
 use crate::source::format::dir::IMAGE_EXTENSIONS;
+use crate::source::format::list::compression_of;
+use crate::source::format::units::{Tally, Unit, Units};
+use crate::source::storage::{Located, Place};
 use crate::source::{Backing, FileIndex, Source};
-
-/// At most this many shards are indexed at once.
-const INDEX_THREADS: usize = 8;
 
 /// Longest member name accepted (Linux's PATH_MAX): a longer GNU long-name or PAX path would
 /// be held in every error and index entry that names the member.
@@ -409,154 +406,208 @@ pub(crate) fn index_bytes(bytes: &[u8]) -> Result<usize, Error> {
     index_shard(entries, "fuzz.tar", bytes.len() as u64).map(|f| f.len())
 }
 
-/// Indexes shards in parallel (`index_one(k)` indexes shard `k`) and assembles the source.
-pub(crate) fn assemble(
-    mut shards: Vec<Shard>,
-    base: PathBuf,
-    origin: PathBuf,
-    index_one: impl Fn(usize) -> Result<Vec<Found>, Error> + Sync,
-    #[cfg(feature = "remote")] store: Option<std::sync::Arc<crate::source::storage::remote::Store>>,
-) -> Result<Source, Error> {
-    if shards.is_empty() {
-        return Err(Error::source(origin, "no tar shards"));
-    }
-    type Slot = Mutex<Option<Result<Vec<Found>, Error>>>;
-    let results: Vec<Slot> = shards.iter().map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..INDEX_THREADS.min(shards.len()) {
-            scope.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= results.len() {
-                    break;
-                }
-                let r = index_one(k);
-                let failed = r.is_err();
-                *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-                if failed {
-                    next.store(results.len(), Ordering::Relaxed);
-                }
-            });
+/// The table of one shard: every sample's members, read from its headers (seeking over the
+/// data of a local file), or for a shard in object storage from its `.tar.idx` sidecar when
+/// one matches the shard (else the shard streamed once). `count`, where known, is checked.
+pub(crate) fn scan_shard(file: &Located, count: Option<u32>) -> Result<Vec<Found>, Error> {
+    let name = file.path.to_string_lossy();
+    let found = match &file.place {
+        Place::Local(path) => {
+            file.check_unchanged()?;
+            let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let mut archive = tar::Archive::new(std::io::BufReader::new(Head::new(f)));
+            let entries = archive
+                .entries_with_seek()
+                .map_err(|e| Error::io(path, e))?;
+            index_shard(entries, &name, file.size)
+                .map_err(|e| archive.into_inner().get_ref().explain(e, &name))?
         }
-    });
-    let mut file_index = FileIndex::with_origin(origin.clone(), base.clone());
-    let (mut shard_of, mut offset, mut len) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut label_offset, mut label_len) = (Vec::new(), Vec::new());
-    let mut labels: Vec<Option<u32>> = Vec::new();
-    let mut names: Vec<(usize, String)> = Vec::new();
-    for (k, slot) in results.into_iter().enumerate() {
-        let found = match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(r) => r?,
-            None => continue, // not reached: an earlier shard failed and returned above
-        };
-        let first = shard_of.len();
-        let rel_shard = relative_name(&shards[k].name, &base);
-        for f in found {
-            let mut name = rel_shard.clone();
-            name.push('[');
-            name.push_str(&f.member);
-            name.push(']');
-            file_index.push(name.as_bytes(), 0);
-            shard_of.push(k as u32);
-            offset.push(f.offset);
-            len.push(f.len);
-            let (at, n) = f.label_at.unwrap_or((NO_LABEL_MEMBER, 0));
-            label_offset.push(at);
-            // (At most MAX_CLS_BYTES: indexing and sidecars refuse longer label members.)
-            label_len.push(n.min(MAX_CLS_BYTES) as u8);
-            if f.label.is_none() {
-                names.push((shard_of.len() - 1, f.member.clone()));
+        Place::Memory(bytes) => {
+            let mut archive = tar::Archive::new(std::io::Cursor::new(&bytes[..]));
+            let entries = archive
+                .entries_with_seek()
+                .map_err(|e| Error::io(&file.path, e))?;
+            index_shard(entries, &name, file.size)?
+        }
+        #[cfg(feature = "remote")]
+        Place::Remote { store, key } => {
+            // A sidecar index written by `imagefeed shards` or `imagefeed index`: a few
+            // kilobytes instead of the whole shard. One that does not match is ignored.
+            let idx = super::sidecar_name(key);
+            match store
+                .get(&idx, 64 << 20)
+                .map_err(|e| e.to_string())
+                .and_then(|d| super::parse_sidecar(&d, file.size))
+            {
+                Ok(found) => found,
+                Err(why) => {
+                    if !why.contains("NotFound") && !why.contains("not found") {
+                        log::warn!(
+                            "{}: ignoring the index ({why}); reading the shard to index it",
+                            store.url_of(&idx)
+                        );
+                    }
+                    if file.size == 0 {
+                        return Err(Error::source(&*name, "empty object: not a tar shard"));
+                    }
+                    let reader = store.range_reader(key, 0, file.size)?;
+                    let mut archive = tar::Archive::new(std::io::BufReader::new(Head::new(reader)));
+                    let entries = archive.entries().map_err(|e| Error::io(&*name, e))?;
+                    index_shard(entries, &name, file.size)
+                        .map_err(|e| archive.into_inner().get_ref().explain(e, &name))?
+                }
             }
-            labels.push(f.label);
         }
-        if shard_of.len() > u32::MAX as usize {
-            return Err(Error::source(origin, "more than 2^32-1 samples"));
-        }
-        shards[k].first = first as u32;
-        shards[k].count = (shard_of.len() - first) as u32;
-    }
-    if shard_of.is_empty() {
+    };
+    if let Some(count) = count.filter(|&c| c as usize != found.len()) {
         return Err(Error::source(
-            origin,
-            "the shards hold no image member (KEY.jpg, KEY.jpeg or KEY.png)",
+            &*name,
+            format!(
+                "holds {} samples, where {count} were counted when the source was opened (or listed in its manifest): the shard changed; open the source again (or run `imagefeed index` again)",
+                found.len()
+            ),
         ));
     }
-    let labeled = labels.iter().filter(|l| l.is_some()).count();
+    Ok(found)
+}
+
+/// What opening learns of a shard: its sample count, how many carry a label, the largest
+/// label, and its images' bytes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counted {
+    pub(crate) count: u32,
+    pub(crate) labeled: u32,
+    pub(crate) max_label: Option<u32>,
+    pub(crate) bytes: u64,
+    /// The first member without a label, where others have one (for the message).
+    pub(crate) unlabeled: Option<String>,
+}
+
+impl Counted {
+    /// What a manifest records of a shard.
+    pub(crate) fn from_manifest(count: u32, tally: Tally) -> Counted {
+        Counted {
+            count,
+            labeled: tally.labeled,
+            max_label: tally.max_label,
+            bytes: tally.image_bytes,
+            unlabeled: None,
+        }
+    }
+
+    pub(crate) fn of(found: &[Found]) -> Counted {
+        Counted {
+            count: found.len() as u32,
+            labeled: found.iter().filter(|f| f.label.is_some()).count() as u32,
+            max_label: found.iter().filter_map(|f| f.label).max(),
+            bytes: found.iter().map(|f| f.len).sum(),
+            unlabeled: found
+                .iter()
+                .find(|f| f.label.is_none())
+                .map(|f| f.member.clone()),
+        }
+    }
+}
+
+/// Opens tar shards: each shard's sample count from `counted` (a manifest's), or read from
+/// its headers (in parallel, with progress in the log); the labels checked to be on every
+/// sample or none. Keeps a few dozen bytes a shard, nothing per sample.
+pub(crate) fn open_shards(
+    files: Vec<Arc<Located>>,
+    origin: PathBuf,
+    base: PathBuf,
+    counted: Option<Vec<Counted>>,
+    max_bytes_in_flight: u64,
+) -> Result<Source, Error> {
+    if files.is_empty() {
+        return Err(Error::source(origin, "no tar shards"));
+    }
+    let counted = match counted {
+        Some(c) => c,
+        None => {
+            let started = std::time::Instant::now();
+            let counted = super::super::units::in_parallel(files.len(), &origin, |k| {
+                scan_shard(&files[k], None).map(|found| Counted::of(&found))
+            })?;
+            let took = started.elapsed();
+            if took > std::time::Duration::from_secs(2) || files.len() >= 1000 {
+                log::warn!(
+                    "{}: opening read the headers of {} shards ({:.1} s); `imagefeed index {}` writes a manifest beside them that opens in one read",
+                    origin.display(),
+                    files.len(),
+                    took.as_secs_f64(),
+                    origin.display()
+                );
+            }
+            counted
+        }
+    };
+    let mut units = Vec::with_capacity(files.len());
+    let mut first = 0u64;
+    let (mut labeled, mut max_label, mut bytes) = (0u64, None::<u32>, 0u64);
+    let mut unlabeled_shard = None;
+    for (file, c) in files.into_iter().zip(&counted) {
+        if c.labeled < c.count {
+            let member = c.unlabeled.clone().unwrap_or_default();
+            unlabeled_shard.get_or_insert((file.path.clone(), c.count - c.labeled, member));
+        }
+        labeled += u64::from(c.labeled);
+        max_label = max_label.max(c.max_label);
+        bytes = bytes.saturating_add(c.bytes);
+        units.push(Unit {
+            file,
+            first,
+            count: c.count,
+            part: 0,
+            tally: Tally {
+                labeled: c.labeled,
+                max_label: c.max_label,
+                image_bytes: c.bytes,
+            },
+        });
+        first += u64::from(c.count);
+    }
+    if first == 0 {
+        return Err(Error::source(
+            origin,
+            "the shards hold no image member (KEY.jpg, KEY.jpeg, KEY.png or KEY.webp)",
+        ));
+    }
+    if first > u64::from(u32::MAX) {
+        return Err(Error::source(origin, "more than 2^32-1 samples"));
+    }
     if labeled == 0 {
         log::warn!(
             "{}: no sample has a KEY.cls member: every label is 0",
             origin.display()
         );
-    } else if labeled < labels.len() {
-        let (i, member) = &names[0];
+    } else if let Some((shard, missing, member)) = unlabeled_shard {
         return Err(Error::source(
-            &shards[shard_of[*i] as usize].name,
+            shard,
             format!(
-                "`{member}` has no .cls label, while {labeled} of {} samples have one",
-                labels.len()
+                "`{member}` has no .cls label ({missing} of the shard's samples have none), while {labeled} of {first} samples have one"
             ),
         ));
     }
-    let mut index = FileIndex::with_origin(origin, base);
-    for (i, l) in labels.iter().enumerate() {
-        index.push(file_index.raw_path(i), l.unwrap_or(0));
-    }
-    index.shrink();
-    shard_of.shrink_to_fit();
-    offset.shrink_to_fit();
-    len.shrink_to_fit();
-    label_offset.shrink_to_fit();
-    label_len.shrink_to_fit();
-    let tar = TarIndex {
-        shards,
-        shard_of,
-        offset,
-        len,
-        label_offset,
-        label_len,
-        #[cfg(feature = "remote")]
-        store,
+    let units = Units {
+        units,
+        num_classes: max_label.map_or(1, |m| m + 1),
+        mean_sample_bytes: Some(bytes / first),
     };
     Ok(Source {
-        index,
-        backing: Backing::Tar(std::sync::Arc::new(tar)),
+        index: FileIndex::with_origin(origin, base),
+        backing: Backing::Tar(Arc::new(TarSet {
+            units,
+            max_bytes_in_flight,
+        })),
     })
 }
 
-fn relative_name(name: &str, base: &Path) -> String {
-    let b = base.to_string_lossy();
-    if b.is_empty() {
-        return name.to_string();
-    }
-    name.strip_prefix(&*b)
-        .map(|r| r.trim_start_matches('/').to_string())
-        .unwrap_or_else(|| name.to_string())
-}
-
-/// Indexes local shards.
+/// Opens local shards.
 pub(crate) fn index_local(paths: &[PathBuf]) -> Result<Source, Error> {
-    let mut shards = Vec::with_capacity(paths.len());
+    let mut files = Vec::with_capacity(paths.len());
     for p in paths {
-        let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
-        if !meta.is_file() {
-            return Err(Error::io(
-                p,
-                std::io::Error::other("is not a regular file (expected a .tar shard)"),
-            ));
-        }
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        shards.push(Shard {
-            location: ShardLocation::Local(p.clone()),
-            name: p.to_string_lossy().into_owned(),
-            size: meta.len(),
-            mtime,
-            first: 0,
-            count: 0,
-        });
+        files.push(Arc::new(Located::local(p, "a .tar shard")?));
     }
     let parent = |p: &PathBuf| p.parent().map(Path::to_path_buf).unwrap_or_default();
     let base = match paths.first() {
@@ -568,21 +619,5 @@ pub(crate) fn index_local(paths: &[PathBuf]) -> Result<Source, Error> {
     } else {
         base.clone()
     };
-    let sizes: Vec<u64> = shards.iter().map(|s| s.size).collect();
-    assemble(
-        shards,
-        base,
-        origin,
-        |k| {
-            let p = &paths[k];
-            let f = std::fs::File::open(p).map_err(|e| Error::io(p, e))?;
-            let mut archive = tar::Archive::new(std::io::BufReader::new(Head::new(f)));
-            let entries = archive.entries_with_seek().map_err(|e| Error::io(p, e))?;
-            let name = p.to_string_lossy();
-            index_shard(entries, &name, sizes[k])
-                .map_err(|e| archive.into_inner().get_ref().explain(e, &name))
-        },
-        #[cfg(feature = "remote")]
-        None,
-    )
+    open_shards(files, origin, base, None, super::TAR_BYTES_IN_FLIGHT)
 }

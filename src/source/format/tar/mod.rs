@@ -1,19 +1,24 @@
-//! Tar shards in the WebDataset layout: indexing them (local or in object storage), reading
-//! their members as sequential streams, and writing them (`imagefeed shards`).
+//! Tar shards in the WebDataset layout: opening them (local or in object storage), reading
+//! their members, and writing them (`imagefeed shards`).
 //!
 //! A shard is a plain tar file; a sample is a run of consecutive members sharing a key (the
 //! member path up to the first `.` of its file name): one image (`KEY.jpg`, `KEY.jpeg`,
-//! `KEY.png`) and its label as decimal text (`KEY.cls`). Opening a shard source reads every
-//! member header once and records, per sample, the shard, the byte offset and length of the
-//! image's data and of its label's (29 bytes a sample). Epochs then read each shard front to
-//! back with one stream (one request for object storage), skipping other members, and check
-//! each image's tar header and each label member against the index as they go: a shard
-//! rewritten since it was indexed (or a stale `.tar.idx` sidecar) is an error naming the
-//! sample, never an image served under another label.
-
+//! `KEY.png`, `KEY.webp`) and its label as decimal text (`KEY.cls`).
 //!
-//! Names and the index are here; `index.rs` indexes shards, `read.rs` reads their members,
-//! `write.rs` writes them and `sidecar.rs` reads and writes the `.tar.idx` sidecar indexes.
+//! **Opening** learns each shard's sample count and nothing per sample: from a manifest
+//! (`format/manifest.rs`: one small file listing every shard), or by reading every member
+//! header once (seeking over the data; for a shard in object storage, its `.tar.idx`
+//! sidecar, or the shard streamed once). The source keeps a few dozen bytes a shard.
+//!
+//! **Reading**: an epoch's reader loads a shard's *table* — where each sample's image and
+//! label members lie, and the label — when it first reads from that shard (from the headers
+//! again, or the sidecar), keeps the tables of the shards of its shuffle block, and reads each
+//! member with one positioned read (one ranged request in object storage), checking its tar
+//! header and label against the table: a shard rewritten since it was opened is an error
+//! naming the sample, never an image served under another label.
+//!
+//! `index.rs` reads a shard's headers into a table, `read.rs` is the reader, `write.rs`
+//! writes shards and `sidecar.rs` reads and writes the `.tar.idx` sidecars.
 
 mod index;
 mod read;
@@ -21,23 +26,27 @@ mod sidecar;
 mod write;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::list::parse_label;
+use super::units::Units;
 use crate::error::{DecodeFailure, Error};
+
 #[cfg(feature = "unstable-tools")]
 pub(crate) use index::index_bytes;
-pub(crate) use index::index_local;
-#[cfg(feature = "remote")]
-pub(crate) use index::{assemble, index_shard, Head};
-pub(crate) use read::ShardCursor;
+pub(crate) use index::{index_local, open_shards, scan_shard, Counted};
+pub(crate) use read::TarReader;
 #[cfg(feature = "remote")]
 pub(crate) use sidecar::{parse_sidecar, sidecar_name};
 pub use write::{write_shards, ShardsWritten};
 
 /// The largest `.cls` member read (a label is a short decimal number).
 const MAX_CLS_BYTES: u64 = 64;
-/// [`TarIndex::label_offset`] of a sample without a `.cls` member.
-const NO_LABEL_MEMBER: u64 = u64::MAX;
+
+/// Fetched bytes held at once for local tar shards (remote ones use
+/// `RemoteOptions::max_bytes_in_flight`).
+pub(crate) const TAR_BYTES_IN_FLIGHT: u64 = 64 << 20;
+
 /// True for a name ending in `.tar` (any case).
 pub(crate) fn is_tar_name(name: &str) -> bool {
     // Bytes, not a `str` slice: the cut may fall inside a character (`说明`).
@@ -75,108 +84,42 @@ pub(crate) fn tar_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(out)
 }
 
-/// Where a shard is.
+/// Tar shards: their units (one a shard) and what reading them needs.
 #[derive(Debug)]
-pub(crate) enum ShardLocation {
-    Local(PathBuf),
-    #[cfg(feature = "remote")]
-    Remote(String),
+pub(crate) struct TarSet {
+    pub(crate) units: Units,
+    /// The fetch stage's byte bound.
+    pub(crate) max_bytes_in_flight: u64,
 }
 
-/// One indexed shard.
-#[derive(Debug)]
-pub(crate) struct Shard {
-    pub(crate) location: ShardLocation,
-    /// The shard's name in messages (its path or URL).
-    pub(crate) name: String,
-    pub(crate) size: u64,
-    pub(crate) mtime: u128,
-    /// Its samples are `first..first + count`.
-    pub(crate) first: u32,
-    pub(crate) count: u32,
+/// One sample of a shard's table: where its image and label members lie.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    pub(crate) member: String,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) label: Option<u32>,
+    /// Where its `.cls` member's data lies (offset, length).
+    pub(crate) label_at: Option<(u64, u64)>,
 }
 
-/// Where every sample's image lies.
-#[derive(Debug)]
-pub(crate) struct TarIndex {
-    pub(crate) shards: Vec<Shard>,
-    shard_of: Vec<u32>,
-    offset: Vec<u64>,
-    len: Vec<u64>,
-    /// The data offset of each sample's `.cls` member, [`NO_LABEL_MEMBER`] for none.
-    label_offset: Vec<u64>,
-    /// The data length of each sample's `.cls` member (at most [`MAX_CLS_BYTES`]).
-    label_len: Vec<u8>,
-    #[cfg(feature = "remote")]
-    pub(crate) store: Option<std::sync::Arc<crate::source::storage::remote::Store>>,
-}
-
-impl TarIndex {
-    pub(crate) fn heap_bytes(&self) -> u64 {
-        (self.shard_of.capacity() * 4
-            + self.offset.capacity() * 8
-            + self.len.capacity() * 8
-            + self.label_offset.capacity() * 8
-            + self.label_len.capacity()
-            + self
-                .shards
-                .iter()
-                .map(|s| s.name.len() + std::mem::size_of::<Shard>() + 64)
-                .sum::<usize>()) as u64
+impl TarSet {
+    /// The fetch stage's byte bound.
+    pub(crate) fn byte_bound(&self) -> u64 {
+        self.max_bytes_in_flight
     }
 
-    /// `(shard, data offset, data length)` of sample `i`'s image.
-    /// The mean member length (`None` without members).
-    pub(crate) fn mean_len(&self) -> Option<u64> {
-        let total: u64 = self.len.iter().fold(0u64, |a, &l| a.saturating_add(l));
-        total.checked_div(self.len.len() as u64)
+    /// A reader whose shard tables cover a shuffle block of `block` samples.
+    pub(crate) fn reader(self: &Arc<Self>, block: usize) -> TarReader {
+        TarReader::new(self.clone(), block)
     }
 
-    pub(crate) fn locate(&self, i: usize) -> (u32, u64, u64) {
-        (self.shard_of[i], self.offset[i], self.len[i])
-    }
-
-    /// `(data offset, data length)` of sample `i`'s `.cls` member, if it has one.
-    fn label_member(&self, i: usize) -> Option<(u64, u64)> {
-        let at = self.label_offset[i];
-        (at != NO_LABEL_MEMBER).then(|| (at, u64::from(self.label_len[i])))
-    }
-
-    /// `(shard, first byte, end)` of the data of sample `i`'s members (image and label),
-    /// headers not included.
-    pub(crate) fn span(&self, i: usize) -> (u32, u64, u64) {
-        let (shard, offset, len) = self.locate(i);
-        match self.label_member(i) {
-            Some((at, n)) => (shard, offset.min(at), (offset + len).max(at + n)),
-            None => (shard, offset, offset + len),
-        }
-    }
-
-    pub(crate) fn stamp(&self, i: usize) -> (u64, u128) {
-        let s = &self.shards[self.shard_of[i] as usize];
-        (
-            s.size ^ self.offset[i].rotate_left(32) ^ self.len[i],
-            s.mtime,
-        )
-    }
-
-    /// Reads sample `i`'s image bytes with one seek (or ranged request), checking its label
-    /// member holds `label`. `name` names it in errors.
-    pub(crate) fn read_member(
-        &self,
-        i: usize,
-        label: u32,
-        name: &Path,
-        limit: u64,
-    ) -> Result<Vec<u8>, Error> {
-        let (_, _, len) = self.locate(i);
-        if len > limit {
-            return Err(too_large(name, len, limit));
-        }
-        let mut cursor = ShardCursor::default();
-        let mut out = Vec::new();
-        cursor.read(self, i, label, 0, name, &mut out)?;
-        Ok(out)
+    /// What a reader holds: the tables of the shards of a block (about 64 bytes a sample).
+    pub(crate) fn reader_bytes(&self, block: usize) -> u64 {
+        let units = &self.units;
+        let mean = units.len() / (units.units.len() as u64).max(1);
+        let tables = super::units::tables_for(block, mean) as u64;
+        tables.saturating_mul(mean).saturating_mul(96)
     }
 }
 
@@ -189,17 +132,6 @@ fn cls_label(data: &[u8]) -> Option<u32> {
 
 /// A tar block: headers are one block, data is padded to whole blocks.
 const BLOCK: u64 = 512;
-
-/// One sample found while indexing a shard.
-#[derive(Debug)]
-pub(crate) struct Found {
-    member: String,
-    offset: u64,
-    len: u64,
-    label: Option<u32>,
-    /// Where its `.cls` member's data lies (offset, length).
-    label_at: Option<(u64, u64)>,
-}
 
 /// `("dir/KEY", "ext")` for `dir/KEY.ext`: the key is the path up to the first `.` of the
 /// file name (WebDataset's rule), the extension the rest.

@@ -1,190 +1,247 @@
-//! Reading shard members: a forward-only cursor that keeps one stream a shard open and checks
-//! each member's tar header and label against the index.
+//! The tar reader of an epoch's fetch loop: the tables of the shards it reads (loaded on first
+//! use, the ones of its shuffle block kept), and each sample's members read with one
+//! positioned read (one ranged request in object storage) and checked against the table.
 
-use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{cls_label, ShardLocation, TarIndex, BLOCK};
+use super::{cls_label, scan_shard, too_large, Found, TarSet, BLOCK};
 use crate::error::Error;
-use crate::source::fetch::{Fetch, Fetched, Positions};
+use crate::source::format::units::{tables_for, Tables};
+use crate::source::format::{Reader, Sample, Step};
+use crate::source::storage::{Located, Place};
 
-/// Fetched bytes held at once for local tar shards (remote ones use
-/// `RemoteOptions::max_bytes_in_flight`).
-pub(crate) const TAR_BYTES_IN_FLIGHT: u64 = 64 << 20;
+/// Members further apart than this (a hard link to an earlier image) are read apart.
+const MAX_GAP: u64 = 1 << 20;
 
-/// A forward-only reader over shards: keeps the current shard's stream open while the samples
-/// asked for lie further on in it.
-#[derive(Default)]
-pub(crate) struct ShardCursor {
-    current: Option<Open>,
-    /// The last label member's bytes (kept: a sample's label is read without allocating).
-    label_text: Vec<u8>,
+/// Reads samples of tar shards in any order (see the module doc of `tar/`).
+pub(crate) struct TarReader {
+    set: Arc<TarSet>,
+    tables: Tables<Vec<Found>>,
+    /// Open local shards, most recently used first.
+    files: Vec<(usize, std::fs::File)>,
 }
 
-struct Open {
-    shard: u32,
-    reader: Box<dyn Read + Send>,
-    /// The byte offset in the shard the reader is at.
-    pos: u64,
-    /// Where the reader's range ends.
-    end: u64,
+impl TarReader {
+    pub(crate) fn new(set: Arc<TarSet>, block: usize) -> Self {
+        let mean = set.units.len() / (set.units.units.len() as u64).max(1);
+        let keep = tables_for(block, mean);
+        TarReader {
+            set,
+            tables: Tables::new(keep),
+            files: Vec::new(),
+        }
+    }
+
+    /// Sample `i`'s shard, its table and its place in it.
+    fn locate(&mut self, i: u32) -> Result<(usize, Arc<Vec<Found>>, usize), Error> {
+        let (k, j) = self.set.units.find(u64::from(i));
+        let unit = &self.set.units.units[k];
+        let (file, count) = (unit.file.clone(), unit.count);
+        let table = self.tables.get(k, || scan_shard(&file, Some(count)))?;
+        Ok((k, table, j as usize))
+    }
+
+    /// An open local shard `k` (kept for the next samples).
+    fn file(&mut self, k: usize, path: &Path) -> Result<&std::fs::File, Error> {
+        if let Some(at) = self.files.iter().position(|(u, _)| *u == k) {
+            let entry = self.files.remove(at);
+            self.files.insert(0, entry);
+        } else {
+            let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            self.files.insert(0, (k, f));
+            self.files.truncate(8);
+        }
+        Ok(&self.files[0].1)
+    }
 }
 
-/// The most bytes skipped by reading forward instead of starting a new stream (a new request,
-/// for object storage).
-const MAX_SKIP: u64 = 8 << 20;
-
-impl ShardCursor {
-    /// Reads sample `i`'s image bytes into `out` (cleared first), and checks on the way that
-    /// its label member (if the index has one) holds `label`. `run_end` is where the run of
-    /// samples being read ends in this shard: a new stream covers up to it.
-    pub(crate) fn read(
-        &mut self,
-        index: &TarIndex,
-        i: usize,
-        label: u32,
-        run_end: u64,
-        name: &Path,
-        out: &mut Vec<u8>,
-    ) -> Result<(), Error> {
-        let (shard, offset, len) = index.locate(i);
-        // The sample's members in shard order: the image (`true`) and its label.
-        let mut members = [(offset, len, true), (0, 0, false)];
-        let count = match index.label_member(i) {
-            Some((at, n)) => {
-                members[1] = (at, n, false);
-                if at < offset {
-                    members.swap(0, 1);
-                }
-                2
+/// The byte ranges a sample's members are read in: one span from the first member's header to
+/// the last member's end where they lie together, else each member from its header.
+fn spans(m: &Found) -> Vec<(u64, u64)> {
+    let image = (m.offset - BLOCK, m.offset + m.len);
+    match m.label_at {
+        None => vec![image],
+        Some((at, n)) => {
+            let label = (at - BLOCK, at + n);
+            let (lo, hi) = (image.0.min(label.0), image.1.max(label.1));
+            if hi - lo <= m.len + n + 2 * BLOCK + MAX_GAP {
+                vec![(lo, hi)]
+            } else {
+                vec![image, label]
             }
-            None => 1,
-        };
-        let members = &members[..count];
-        let (_, first, last) = index.span(i);
-        let changed = |at: u64, why: String| {
+        }
+    }
+}
+
+/// Checks the bytes read over `spans` against the table's `m`: the image's and the label
+/// member's tar headers, and the label; returns the image's bytes and the label.
+fn check(
+    m: &Found,
+    spans: &[(u64, u64)],
+    mut read: Vec<Vec<u8>>,
+    name: &Path,
+) -> Result<Sample, Error> {
+    // The bytes of [at, at + len) from whichever span holds them.
+    let find = |at: u64, len: u64| -> Option<(usize, usize, usize)> {
+        spans.iter().enumerate().find_map(|(s, &(lo, hi))| {
+            (at >= lo && at + len <= hi).then(|| (s, (at - lo) as usize, len as usize))
+        })
+    };
+    let changed = |at: u64, why: String| {
+        Error::io(
+            name,
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(
-                    "{why} at byte {}: the shard is not what was indexed (rewritten since, or a stale .tar.idx sidecar: delete it or run `imagefeed shards` again)",
+                    "{why} at byte {}: the shard is not what was indexed (rewritten since, or a stale .tar.idx sidecar: delete it or run `imagefeed index` again)",
                     at.saturating_sub(BLOCK)
                 ),
-            )
-        };
-        if first < BLOCK {
-            return Err(Error::io(
-                name,
-                changed(first, "no room for a tar header".into()),
-            ));
-        }
-        // The members are read with one stream, unless they lie far apart (an image that is a
-        // hard link to an earlier member): then each gets its own.
-        let together = last - first <= MAX_SKIP;
-        let text = &mut self.label_text;
-        for &(offset, len, is_image) in members {
-            let reusable = self.current.as_ref().is_some_and(|o| {
-                o.shard == shard
-                    && o.pos + BLOCK <= offset
-                    && offset - o.pos <= MAX_SKIP
-                    && offset + len <= o.end
-            });
-            if !reusable {
-                self.current = None;
-                // From the member's header on: it is checked against the index before the
-                // data.
-                let end = if together { last } else { offset + len };
-                self.current = Some(open(index, shard, offset - BLOCK, run_end.max(end), name)?);
-            }
-            let Some(stream) = self.current.as_mut() else {
-                return Err(Error::io(name, std::io::Error::other("no open shard")));
-            };
-            let into = if is_image { &mut *out } else { &mut *text };
-            let result =
-                read_next(stream, offset, len, into, changed).and_then(|()| {
-                    match cls_label(text) {
-                        _ if is_image => Ok(()),
-                        Some(l) if l == label => Ok(()),
-                        _ => Err(changed(
-                            offset,
-                            format!(
-                                "the label member holds `{}`, the index says {label}",
-                                String::from_utf8_lossy(text).trim().escape_debug()
-                            ),
-                        )),
-                    }
-                });
-            if let Err(e) = result {
-                self.current = None;
-                // A stream from object storage that breaks is the store failing, not this
-                // sample.
-                let remote = !matches!(
-                    index.shards[shard as usize].location,
-                    ShardLocation::Local(_)
-                );
-                let data = matches!(
-                    e.kind(),
-                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
-                );
-                if remote && !data {
-                    return Err(Error::remote(name, e));
-                }
-                return Err(Error::io(name, e));
+            ),
+        )
+    };
+    let header = |at: u64, len: u64| -> Result<(), Error> {
+        let (s, from, _) =
+            find(at - BLOCK, BLOCK).ok_or_else(|| changed(at, "no header".into()))?;
+        let block: &[u8; BLOCK as usize] = read[s][from..from + BLOCK as usize]
+            .try_into()
+            .expect("a block");
+        check_member_header(block, len).map_err(|why| changed(at, why))
+    };
+    header(m.offset, m.len)?;
+    let mut label = 0;
+    if let Some((at, n)) = m.label_at {
+        header(at, n)?;
+        let (s, from, len) = find(at, n).ok_or_else(|| changed(at, "no label member".into()))?;
+        let text = &read[s][from..from + len];
+        match (cls_label(text), m.label) {
+            (Some(l), Some(want)) if l == want => label = l,
+            _ => {
+                return Err(changed(
+                    at,
+                    format!(
+                        "the label member holds `{}`, the index says {}",
+                        String::from_utf8_lossy(text).trim().escape_debug(),
+                        m.label.map_or("none".into(), |l| l.to_string())
+                    ),
+                ))
             }
         }
-        Ok(())
     }
+    let (s, from, len) =
+        find(m.offset, m.len).ok_or_else(|| changed(m.offset, "no image".into()))?;
+    let mut bytes = std::mem::take(&mut read[s]);
+    bytes.copy_within(from..from + len, 0);
+    bytes.truncate(len);
+    Ok(Sample { bytes, label })
 }
 
-/// Reads, from `stream`, the member whose `len` bytes of data start at `offset`: skips to its
-/// header, checks it against `len`, and reads the data into `into` (cleared first). `changed`
-/// makes the error for a shard that is not what was indexed.
-fn read_next(
-    stream: &mut Open,
-    offset: u64,
-    len: u64,
-    into: &mut Vec<u8>,
-    changed: impl Fn(u64, String) -> std::io::Error,
-) -> std::io::Result<()> {
-    let gap = offset - stream.pos;
-    if gap < BLOCK {
-        return Err(changed(
-            offset,
-            format!("members overlap: {gap} bytes between the previous member and this one"),
-        ));
+/// Reads `len` bytes at `at` of a local file, or says where it ends.
+fn pread(file: &std::fs::File, at: u64, len: u64, name: &Path) -> Result<Vec<u8>, Error> {
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len as usize).map_err(|_| {
+        Error::io(
+            name,
+            std::io::Error::other("cannot allocate the member's bytes"),
+        )
+    })?;
+    buf.resize(len as usize, 0);
+    crate::cache::format::read_at(file, &mut buf, at).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::io(
+                name,
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the shard ends before this member (was it truncated after indexing?)",
+                ),
+            )
+        } else {
+            Error::io(name, e)
+        }
+    })?;
+    Ok(buf)
+}
+
+impl Reader for TarReader {
+    fn reserve(&mut self, i: u32) -> u64 {
+        self.locate(i).map_or(0, |(_, t, j)| t[j].len)
     }
-    let skip = gap - BLOCK;
-    let skipped = std::io::copy(&mut (&mut stream.reader).take(skip), &mut std::io::sink())?;
-    stream.pos += skipped;
-    let mut header = [0u8; BLOCK as usize];
-    let mut got = 0;
-    while got < header.len() {
-        match stream.reader.read(&mut header[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+
+    fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step {
+        let (k, table, j) = match self.locate(i) {
+            Ok(x) => x,
+            Err(e) => {
+                *name = self.set.units.units[self.set.units.find(u64::from(i)).0]
+                    .file
+                    .path
+                    .clone();
+                return Step::Done(Err(e));
+            }
+        };
+        let m = &table[j];
+        *name = PathBuf::from(format!("{}[{}]", self.set.units.unit_name(k), m.member));
+        if m.len > limit {
+            return Step::Done(Err(too_large(name, m.len, limit)));
+        }
+        let spans = spans(m);
+        let file: Arc<Located> = self.set.units.units[k].file.clone();
+        match &file.place {
+            Place::Local(path) => {
+                let read = (|| {
+                    let f = self.file(k, path)?;
+                    spans
+                        .iter()
+                        .map(|&(lo, hi)| pread(f, lo, hi - lo, name))
+                        .collect::<Result<Vec<_>, Error>>()
+                })();
+                Step::Done(read.and_then(|read| check(m, &spans, read, name)))
+            }
+            Place::Memory(bytes) => {
+                let read = spans
+                    .iter()
+                    .map(|&(lo, hi)| {
+                        bytes
+                            .get(lo as usize..hi as usize)
+                            .map(<[u8]>::to_vec)
+                            .ok_or_else(|| {
+                                Error::io(
+                                    &*name,
+                                    std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                                )
+                            })
+                    })
+                    .collect::<Result<Vec<_>, Error>>();
+                Step::Done(read.and_then(|read| check(m, &spans, read, name)))
+            }
+            #[cfg(feature = "remote")]
+            Place::Remote { store, key } => {
+                let (store, key, m, name) = (store.clone(), key.clone(), m.clone(), name.clone());
+                Step::Pending(Box::pin(async move {
+                    let mut read = Vec::with_capacity(spans.len());
+                    for &(lo, hi) in &spans {
+                        let bytes = store.get_range_async(&key, lo, hi).await.map_err(|e| {
+                            // A store failing is not this sample's fault.
+                            Error::remote(&name, std::io::Error::other(e.to_string()))
+                        })?;
+                        read.push(bytes.to_vec());
+                    }
+                    check(&m, &spans, read, &name)
+                }))
+            }
         }
     }
-    stream.pos += got as u64;
-    if skipped < skip || (got as u64) < BLOCK {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "the shard ends before this member (was it truncated after indexing?)",
-        ));
+
+    #[cfg(feature = "remote")]
+    fn store(&self) -> Option<(Arc<crate::source::storage::remote::Store>, usize)> {
+        self.set
+            .units
+            .units
+            .iter()
+            .find_map(|u| match &u.file.place {
+                Place::Remote { store, .. } => Some((store.clone(), store.options.max_requests)),
+                _ => None,
+            })
     }
-    check_member_header(&header, len).map_err(|why| changed(offset, why))?;
-    into.clear();
-    into.try_reserve_exact(len as usize)
-        .map_err(|_| std::io::Error::other("cannot allocate the member's bytes"))?;
-    let got = (&mut stream.reader).take(len).read_to_end(into)?;
-    stream.pos += got as u64;
-    if (got as u64) < len {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("the shard ends {got} bytes into this {len}-byte member"),
-        ));
-    }
-    Ok(())
 }
 
 /// Checks that `block` is a tar header (valid checksum) of a regular file of `len` bytes: the
@@ -233,118 +290,6 @@ fn check_member_header(block: &[u8; BLOCK as usize], len: u64) -> Result<(), Str
         ));
     }
     Ok(())
-}
-
-fn open(index: &TarIndex, shard: u32, start: u64, end: u64, name: &Path) -> Result<Open, Error> {
-    let s = &index.shards[shard as usize];
-    let reader: Box<dyn Read + Send> = match &s.location {
-        ShardLocation::Local(path) => {
-            let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-            f.seek(SeekFrom::Start(start))
-                .map_err(|e| Error::io(path, e))?;
-            Box::new(std::io::BufReader::with_capacity(256 << 10, f))
-        }
-        #[cfg(feature = "remote")]
-        ShardLocation::Remote(key) => {
-            let Some(store) = &index.store else {
-                return Err(Error::io(
-                    name,
-                    std::io::Error::other("no store for a remote shard"),
-                ));
-            };
-            Box::new(store.range_reader(key, start, end.min(s.size).max(start + 1))?)
-        }
-    };
-    let _ = name;
-    Ok(Open {
-        shard,
-        reader,
-        pos: start,
-        end,
-    })
-}
-
-impl TarIndex {
-    /// The fetch stage's byte bound: the store's for remote shards, else
-    /// [`TAR_BYTES_IN_FLIGHT`].
-    pub(crate) fn byte_bound(&self) -> u64 {
-        #[cfg(feature = "remote")]
-        if let Some(s) = &self.store {
-            return s.options.max_bytes_in_flight;
-        }
-        TAR_BYTES_IN_FLIGHT
-    }
-
-    /// Reads the claimed samples' members as streams, a run of consecutive members of one
-    /// shard through one open file or request (see `source/fetch.rs`).
-    pub(crate) fn fetch(&self, f: &Fetch<'_>) {
-        let (tar, limit, budget, tx) = (self, f.limit, f.budget, f.tx);
-        let cancelled = || f.claims.is_cancelled();
-        let mut cursor = ShardCursor::default();
-        // Where the current run of consecutive samples of one shard ends (plan position, byte).
-        let mut run: Option<(usize, u64)> = None;
-        while let Some(seq) = f.claims.claim() {
-            let index = f.plan.at(seq);
-            let (_, _, len) = tar.locate(index as usize);
-            let name = f.index.path(index as usize);
-            let bytes = if len > limit {
-                Err(Error::decode(
-                &name,
-                crate::error::DecodeFailure(format!(
-                    "member is {len} bytes, over the {limit}-byte limit (max_pixels x 4 + 16 MiB, at most 256 MiB)"
-                )),
-            ))
-            } else {
-                if !budget.acquire(len, &cancelled) {
-                    return;
-                }
-                let run_end = match run {
-                    Some((until, end)) if seq < until => end,
-                    _ => {
-                        let (until, end) = run_of(f.plan, tar, seq);
-                        run = Some((until, end));
-                        end
-                    }
-                };
-                let mut out = Vec::new();
-                let label = f.index.label(index as usize);
-                cursor
-                    .read(tar, index as usize, label, run_end, &name, &mut out)
-                    .map(|()| out)
-            };
-            let held = if bytes.is_ok() { len } else { 0 };
-            if bytes.is_err() && len <= limit {
-                budget.release(len);
-            }
-            let f = Fetched {
-                seq,
-                index,
-                bytes: Some(bytes),
-                held,
-            };
-            if tx.send(f).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-/// The run of plan positions from `seq` whose samples follow each other in one shard: returns
-/// the position after the run and the byte where the run's last sample ends.
-fn run_of(plan: &dyn Positions, tar: &TarIndex, seq: usize) -> (usize, u64) {
-    let (shard, _, mut end) = tar.span(plan.at(seq) as usize);
-    let mut k = seq + 1;
-    let mut previous = plan.at(seq);
-    while k < plan.len() && plan.at(k) == previous.wrapping_add(1) {
-        previous = plan.at(k);
-        let (s, first, last) = tar.span(previous as usize);
-        if s != shard || first < end {
-            break;
-        }
-        end = last;
-        k += 1;
-    }
-    (k, end)
 }
 
 #[cfg(test)]

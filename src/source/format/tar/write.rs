@@ -20,7 +20,8 @@ pub struct ShardsWritten {
 }
 
 /// Writes `source` as tar shards in the WebDataset layout into `out_dir` (created if
-/// missing): `shard-000000.tar`, `shard-000001.tar`, … of `shard_size` samples each. Sample
+/// missing): `shard-000000.tar`, `shard-000001.tar`, … of `shard_size` samples each, and a
+/// manifest of them (`imagefeed-manifest.tsv`, see [`Source::write_manifest`]). Sample
 /// `i` of the source (in a seeded random order when `shuffle_seed` is given, which a shuffle
 /// buffer of a few shards then mixes well; in source order otherwise) becomes the members
 /// `KKKKKKKKK.jpg` (the original bytes, with the original extension) and `KKKKKKKKK.cls` (its
@@ -66,7 +67,9 @@ pub fn write_shards(
             || [".tar.partial", ".tar.idx", ".tar.idx.partial"]
                 .iter()
                 .any(|suffix| name.ends_with(suffix));
-        if name.starts_with("shard-") && ours {
+        if (name.starts_with("shard-") && ours)
+            || name == crate::source::format::manifest::MANIFEST_NAME
+        {
             return Err(Error::source(
                 out_dir,
                 format!("already holds shards (`{name}`); choose an empty folder"),
@@ -82,6 +85,8 @@ pub fn write_shards(
         None => (0..n as u32).collect(),
     };
     let limit = 256u64 << 20;
+    // Each shard's manifest line, written beside the shards at the end.
+    let mut lines = Vec::new();
     let mut written = ShardsWritten {
         shards: Vec::new(),
         samples: 0,
@@ -101,12 +106,13 @@ pub fn write_shards(
             let block = |n: u64| n.div_ceil(512) * 512;
             for &i in chunk {
                 let i = i as usize;
-                let data = source.read_sample(i, limit)?;
-                let ext = sample_extension(source, i, &data);
+                let (sample, name) = source.read_sample(i, limit)?;
+                let data = sample.bytes;
+                let ext = sample_extension(&name, &data);
                 let key = format!("{i:09}");
                 let member = format!("{key}.{ext}");
                 append(&mut builder, &member, &data, &partial)?;
-                let label = source.index.label(i);
+                let label = sample.label;
                 let text = label.to_string();
                 let image_at = at + 512;
                 at += 512 + block(data.len() as u64);
@@ -137,6 +143,18 @@ pub fn write_shards(
             Ok((bytes, found)) => {
                 std::fs::rename(&partial, &final_path).map_err(|e| Error::io(&final_path, e))?;
                 write_sidecar(&final_path, &found)?;
+                let file = crate::source::storage::Located::local(&final_path, "a shard")?;
+                let counted = super::Counted::of(&found);
+                lines.push(crate::source::format::manifest::Line {
+                    file: format!("shard-{k:06}.tar"),
+                    size: file.size,
+                    mtime: file.mtime,
+                    part: 0,
+                    samples: counted.count,
+                    labeled: counted.labeled,
+                    max_label: counted.max_label,
+                    image_bytes: counted.bytes,
+                });
                 written.samples += chunk.len() as u64;
                 written.bytes += bytes;
                 written.shards.push(final_path);
@@ -147,6 +165,12 @@ pub fn write_shards(
             }
         }
     }
+    let manifest = crate::source::format::manifest::Manifest {
+        kind: crate::SourceKind::TarShards,
+        lines,
+    };
+    let path = out_dir.join(crate::source::format::manifest::MANIFEST_NAME);
+    std::fs::write(&path, manifest.to_text()).map_err(|e| Error::io(&path, e))?;
     Ok(written)
 }
 
@@ -166,10 +190,11 @@ fn append<W: std::io::Write>(
         .map_err(|e| Error::io(shard, e))
 }
 
-/// The extension a sample's image member gets: the source file's (lower-cased) if it is an
-/// image extension, else from the bytes' signature.
-fn sample_extension(source: &Source, i: usize, data: &[u8]) -> &'static str {
-    let raw = String::from_utf8_lossy(source.index.raw_path(i)).to_ascii_lowercase();
+/// The extension a sample's image member gets: its name's (lower-cased, a sample of a shard
+/// named `shard.tar[KEY.png]`) if it is an image extension, else from the bytes' signature.
+fn sample_extension(name: &Path, data: &[u8]) -> &'static str {
+    let raw = name.to_string_lossy().to_ascii_lowercase();
+    let raw = raw.trim_end_matches(']');
     for &ext in IMAGE_EXTENSIONS {
         if raw.ends_with(&format!(".{ext}")) {
             return ext;

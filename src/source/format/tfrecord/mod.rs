@@ -6,16 +6,15 @@
 //! A record is `length: u64 LE | masked CRC32C of length: u32 | payload | masked CRC32C of
 //! payload: u32`, the payload a serialized `Example` (`example.rs` reads it).
 //!
-//! **Access pattern: indexed on open, read as streams** (the tar shards' model). Opening walks
-//! every shard once, as DALI's `tfrecord2idx` does, checking each record's length CRC and
-//! reading the `Example` for its label while seeking over the image bytes: about one 8 KiB read
-//! a record, not the dataset (ImageNet's 1.28 million records: 1.28 million small reads, and
-//! 20 bytes a sample of index beside the path). The labels are therefore known before the
-//! first epoch, in the source's index, like a file list's: the batcher, the cache records, the
-//! fingerprint and `num_classes` read them there. A compressed shard cannot be seeked: opening
-//! inflates it whole (one read of its bytes). Each epoch visits the shards in a seeded order
-//! and reads each front to back as one stream, at most the fetch stage's byte bound ahead; a
-//! shuffle buffer mixes samples (the command line's default: 1,000).
+//! **Access pattern: counted on open, read at random by offset.** Opening walks every file
+//! once, as DALI's `tfrecord2idx` does, checking each record's length CRC and reading the
+//! `Example` for its label while seeking over the image bytes (about one 8 KiB read a record),
+//! and keeps per file its record count and what the labels are like: nothing per record. An
+//! epoch's reader walks a file again when it first reads from it (its *table*: each record's
+//! offset, length and label), keeps the tables of its shuffle block's files, and reads each
+//! record with one positioned read (one ranged request in object storage). A compressed file
+//! cannot be read at an offset: its reader inflates it once, while walking it, into an unnamed
+//! temporary file (in `TMPDIR`), and reads that.
 //!
 //! **Checks.** Opening refuses, naming the shard and the record's byte offset: a length whose
 //! CRC fails (damaged framing, or not a TFRecord file), a record cut short by the end of the
@@ -30,15 +29,14 @@
 pub(crate) mod example;
 mod read;
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use example::Wire;
 pub(crate) use example::{pick, walk, Fault, Problem, Slice};
 
+use super::units::{common_parent, in_parallel, Tally, Unit, Units};
 use crate::error::Error;
 use crate::source::storage::{Located, Place};
 use crate::source::{Backing, FileIndex, Source};
@@ -114,76 +112,61 @@ pub(crate) enum Compression {
     Zlib,
 }
 
-/// One indexed shard.
+/// TFRecord files: their units (one a file) and what reading them needs.
 #[derive(Debug)]
-pub(crate) struct Shard {
-    /// Where it is, its size and modification time.
-    pub(crate) file: Located,
-    pub(crate) name: String,
-    pub(crate) compression: Compression,
-    /// Its samples are `first..first + count`.
-    pub(crate) first: u32,
-    pub(crate) count: u32,
+pub(crate) struct TfRecordSet {
+    pub(crate) units: Units,
+    /// Each unit's compression.
+    pub(crate) compression: Vec<Compression>,
+    pub(crate) image_keys: Vec<String>,
+    pub(crate) label_keys: Vec<String>,
+    pub(crate) max_bytes_in_flight: u64,
 }
 
-/// Where every record lies, and the keys read from them.
-#[derive(Debug)]
-pub(crate) struct TfRecordIndex {
-    pub(crate) shards: Vec<Shard>,
-    shard_of: Vec<u32>,
-    /// The byte offset of each record's frame (in the inflated stream, for a compressed shard).
-    offset: Vec<u64>,
-    /// Each record's payload length.
-    len: Vec<u64>,
-    /// Records found malformed while indexing, with why: bad samples.
-    bad: HashMap<u32, String>,
-    image_keys: Vec<String>,
-    label_keys: Vec<String>,
-    max_bytes_in_flight: u64,
-}
-
-impl TfRecordIndex {
-    pub(crate) fn heap_bytes(&self) -> u64 {
-        (self.shard_of.capacity() * 4
-            + self.offset.capacity() * 8
-            + self.len.capacity() * 8
-            + self.bad.len() * 64
-            + self
-                .shards
-                .iter()
-                .map(|s| s.name.len() * 2 + std::mem::size_of::<Shard>())
-                .sum::<usize>()) as u64
-    }
-
-    /// `(shard, frame offset, payload length)` of record `i`.
-    pub(crate) fn locate(&self, i: usize) -> (u32, u64, u64) {
-        (self.shard_of[i], self.offset[i], self.len[i])
-    }
-
-    /// The mean payload length (`None` without records).
-    pub(crate) fn mean_len(&self) -> Option<u64> {
-        let total = self.len.iter().fold(0u64, |a, &l| a.saturating_add(l));
-        total.checked_div(self.len.len() as u64)
-    }
-
-    pub(crate) fn stamp(&self, i: usize) -> (u64, u128) {
-        let s = &self.shards[self.shard_of[i] as usize];
-        (
-            s.file.size ^ self.offset[i].rotate_left(32) ^ self.len[i],
-            s.file.mtime,
-        )
-    }
-
+impl TfRecordSet {
     pub(crate) fn byte_bound(&self) -> u64 {
         self.max_bytes_in_flight
     }
 
-    /// Each shard's samples, in order: the streams an epoch reads.
-    pub(crate) fn streams(&self) -> Vec<std::ops::Range<u32>> {
-        self.shards
-            .iter()
-            .map(|s| s.first..s.first + s.count)
-            .collect()
+    /// A reader whose file tables cover a shuffle block of `block` samples.
+    pub(crate) fn reader(self: &Arc<Self>, block: usize) -> read::TfRecordReader {
+        read::TfRecordReader::new(self.clone(), block)
+    }
+
+    /// What a reader holds: the tables of the files of a block (about 40 bytes a record).
+    pub(crate) fn reader_bytes(&self, block: usize) -> u64 {
+        let mean = self.units.len() / (self.units.units.len() as u64).max(1);
+        let tables = super::units::tables_for(block, mean) as u64;
+        tables.saturating_mul(mean).saturating_mul(48)
+    }
+
+    /// Unit `k`'s table: every record walked again (a compressed file inflated into a
+    /// temporary file on the way), checked to hold the records opening counted.
+    pub(crate) fn table(&self, k: usize) -> Result<read::Table, Error> {
+        let unit = &self.units.units[k];
+        let file = &unit.file;
+        file.check_unchanged()?;
+        let name = file.path.to_string_lossy().into_owned();
+        let compression = self.compression[k];
+        let (records, inflated) = walk_file(
+            file,
+            &name,
+            compression,
+            &self.image_keys,
+            &self.label_keys,
+            true,
+        )?;
+        if records.len() != unit.count as usize {
+            return Err(Error::source(
+                &name,
+                format!(
+                    "holds {} records, where {} were counted when the source was opened (or listed in its manifest): the file changed; open the source again",
+                    records.len(),
+                    unit.count
+                ),
+            ));
+        }
+        Ok(read::Table { records, inflated })
     }
 }
 
@@ -370,23 +353,29 @@ impl Wire for Walker {
     }
 }
 
-/// One record found while indexing: frame offset, payload length, label, and why it is a bad
-/// sample (if it is).
-struct Found {
-    offset: u64,
-    len: u64,
-    label: Option<u32>,
-    bad: Option<String>,
+/// One record found while walking a file: frame offset, payload length, label, and why it is
+/// a bad sample (if it is).
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) label: Option<u32>,
+    pub(crate) bad: Option<String>,
 }
 
-/// Indexes one shard's records.
-fn index_shard(
-    shard: &Shard,
+/// Walks one file's records; with `keep` and a compressed file, its inflated bytes are kept in
+/// an unnamed temporary file, returned beside them.
+fn walk_file(
+    file: &Located,
+    name: &str,
+    compression: Compression,
     image_keys: &[String],
     label_keys: &[String],
-) -> Result<Vec<Found>, Error> {
-    let (file, path) = (&shard.file, &shard.file.path);
-    let w = match (&file.place, shard.compression) {
+    keep: bool,
+) -> Result<(Vec<Found>, Option<std::fs::File>), Error> {
+    let path = &file.path;
+    let mut inflated = None;
+    let w = match (&file.place, compression) {
         // Small reads: a record's features are a few hundred bytes around its image.
         (Place::Local(p), Compression::None) => Walker {
             reader: Box::new(std::io::empty()),
@@ -396,23 +385,61 @@ fn index_shard(
             ))),
             pos: 0,
         },
-        // A compressed shard, or an object: one stream of the whole (seeking over each image
-        // in an object would cost a request a record, more than the image's bytes).
-        _ => Walker {
-            reader: open_stream(file.open(0, file.size)?, shard.compression),
-            file: None,
+        (Place::Memory(bytes), Compression::None) => Walker {
+            reader: Box::new(std::io::empty()),
+            file: Some(Box::new(std::io::Cursor::new(bytes.clone()))),
             pos: 0,
         },
+        // A compressed file, or an object: one stream of the whole (seeking over each image
+        // in an object would cost a request a record, more than the image's bytes).
+        _ => {
+            let stream = open_stream(file.open(0, file.size)?, compression);
+            let reader: Box<dyn BufRead + Send> = if keep && compression != Compression::None {
+                let tmp =
+                    crate::source::storage::unnamed_temp_file().map_err(|e| Error::io(path, e))?;
+                let copy = tmp.try_clone().map_err(|e| Error::io(path, e))?;
+                inflated = Some(tmp);
+                Box::new(BufReader::with_capacity(
+                    64 << 10,
+                    Tee {
+                        inner: stream,
+                        copy,
+                    },
+                ))
+            } else {
+                stream
+            };
+            Walker {
+                reader,
+                file: None,
+                pos: 0,
+            }
+        }
     };
-    walk_shard(
+    let found = walk_shard(
         w,
         path,
-        &shard.name,
+        name,
         file.size,
-        shard.compression,
+        compression,
         image_keys,
         label_keys,
-    )
+    )?;
+    Ok((found, inflated))
+}
+
+/// A reader that writes what it reads into a file (a compressed shard's inflated bytes).
+struct Tee {
+    inner: Box<dyn BufRead + Send>,
+    copy: std::fs::File,
+}
+
+impl Read for Tee {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        std::io::Write::write_all(&mut self.copy, &buf[..n])?;
+        Ok(n)
+    }
 }
 
 /// Indexes the records `w` reads (a shard of `size` bytes, as stored).
@@ -529,75 +556,101 @@ pub(crate) fn index_local(paths: &[PathBuf], options: &TfRecordOptions) -> Resul
         .iter()
         .map(|p| Located::local(p, "a TFRecord file"))
         .collect::<Result<Vec<_>, _>>()?;
-    index_files(files, origin, base, options)
+    index_files(files, origin, base, options, None)
 }
 
-/// Indexes TFRecord shards, local or objects, into a source; `origin` names the dataset in
-/// messages, and the samples' names are relative to `base`.
+/// What opening learns of a file: its record count, how many carry a label, the largest
+/// label, the payloads' bytes, and the first bad and first unlabelled record (for messages).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counted {
+    pub(crate) count: u32,
+    pub(crate) labeled: u32,
+    pub(crate) max_label: Option<u32>,
+    pub(crate) bytes: u64,
+    pub(crate) bad: u32,
+    first_bad: Option<(u64, String)>,
+    first_unlabelled: Option<(u32, u64)>,
+}
+
+impl Counted {
+    fn of(found: &[Found]) -> Counted {
+        let good = || found.iter().filter(|f| f.bad.is_none());
+        Counted {
+            count: found.len() as u32,
+            labeled: good().filter(|f| f.label.is_some()).count() as u32,
+            max_label: found.iter().filter_map(|f| f.label).max(),
+            bytes: found.iter().map(|f| f.len).sum(),
+            bad: found.iter().filter(|f| f.bad.is_some()).count() as u32,
+            first_bad: found
+                .iter()
+                .find_map(|f| f.bad.as_ref().map(|why| (f.offset, why.clone()))),
+            first_unlabelled: found
+                .iter()
+                .enumerate()
+                .find(|(_, f)| f.bad.is_none() && f.label.is_none())
+                .map(|(n, f)| (n as u32, f.offset)),
+        }
+    }
+
+    /// What a manifest records of a file: its count, labels and bytes (its bad records are
+    /// found again when it is read).
+    pub(crate) fn from_manifest(count: u32, tally: super::units::Tally) -> Self {
+        Counted {
+            count,
+            labeled: tally.labeled,
+            max_label: tally.max_label,
+            bytes: tally.image_bytes,
+            ..Counted::default()
+        }
+    }
+}
+
+/// Opens TFRecord files, local or objects, into a source: each file's records counted (from
+/// `counted`, a manifest's, or by walking it), nothing kept per record. `origin` names the
+/// dataset in messages, and the samples' names are relative to `base`.
 pub(crate) fn index_files(
     files: Vec<Located>,
     origin: PathBuf,
     base: PathBuf,
     options: &TfRecordOptions,
+    counted: Option<Vec<Counted>>,
 ) -> Result<Source, Error> {
-    let compressions = in_parallel(files.len(), |k| compression_by_magic(&files[k]))?;
-    let mut shards: Vec<Shard> = files
-        .into_iter()
-        .zip(compressions)
-        .map(|(file, compression)| Shard {
-            name: file.path.to_string_lossy().into_owned(),
-            file,
-            compression,
-            first: 0,
-            count: 0,
-        })
-        .collect();
+    let compression = in_parallel(files.len(), &origin, |k| compression_by_magic(&files[k]))?;
     let (image_keys, label_keys) = options.keys();
-    let found = in_parallel(shards.len(), |k| {
-        index_shard(&shards[k], &image_keys, &label_keys)
-    })?;
-    let mut index = FileIndex::with_origin(origin.clone(), base.clone());
-    let (mut shard_of, mut offset, mut len) = (Vec::new(), Vec::new(), Vec::new());
-    let mut bad = HashMap::new();
-    let mut labels: Vec<Option<u32>> = Vec::new();
-    let mut unlabelled: Option<(usize, u32)> = None;
-    for (k, records) in found.into_iter().enumerate() {
-        shards[k].first = u32::try_from(shard_of.len())
-            .map_err(|_| Error::source(&origin, "more than 2^32-1 records"))?;
-        let rel = relative(&shards[k].file.path, &base);
-        for (n, f) in records.into_iter().enumerate() {
-            let i = u32::try_from(shard_of.len())
-                .ok()
-                .filter(|&i| i < u32::MAX)
-                .ok_or_else(|| Error::source(&origin, "more than 2^32-1 records"))?;
-            index.push(
-                format!("{rel}[record {n} at byte {}]", f.offset).as_bytes(),
-                0,
-            );
-            shard_of.push(k as u32);
-            offset.push(f.offset);
-            len.push(f.len);
-            if let Some(why) = f.bad {
-                bad.insert(i, why);
-            } else if f.label.is_none() && unlabelled.is_none() {
-                unlabelled = Some((k, n as u32));
-            }
-            labels.push(f.label);
-        }
-        shards[k].count = shard_of.len() as u32 - shards[k].first;
-    }
-    if shard_of.is_empty() {
+    let counted = match counted {
+        Some(c) => c,
+        None => in_parallel(files.len(), &origin, |k| {
+            let name = files[k].path.to_string_lossy();
+            walk_file(
+                &files[k],
+                &name,
+                compression[k],
+                &image_keys,
+                &label_keys,
+                false,
+            )
+            .map(|(found, _)| Counted::of(&found))
+        })?,
+    };
+    let total: u64 = counted.iter().map(|c| u64::from(c.count)).sum();
+    if total == 0 {
         return Err(Error::source(&origin, "the TFRecord files hold no record"));
     }
-    if bad.len() == shard_of.len() {
+    if total >= u64::from(u32::MAX) {
+        return Err(Error::source(&origin, "more than 2^32-1 records"));
+    }
+    let bad: u64 = counted.iter().map(|c| u64::from(c.bad)).sum();
+    if bad == total {
         // Every record is a bad sample: a layout the keys do not match, most likely.
-        let (i, why) = bad.iter().min_by_key(|(i, _)| **i).expect("not empty");
-        let s = &shards[shard_of[*i as usize] as usize];
+        let (k, (at, why)) = counted
+            .iter()
+            .enumerate()
+            .find_map(|(k, c)| c.first_bad.clone().map(|b| (k, b)))
+            .expect("a bad record");
         return Err(Error::source(
-            &s.name,
+            &files[k].path,
             format!(
-                "no record holds an image: record 0 at byte {}: {why}{}",
-                offset[*i as usize],
+                "no record holds an image: record 0 at byte {at}: {why}{}",
                 if options.image_key.is_none() {
                     " (set TfRecordOptions::image_key)"
                 } else {
@@ -606,7 +659,7 @@ pub(crate) fn index_files(
             ),
         ));
     }
-    let labelled = labels.iter().filter(|l| l.is_some()).count();
+    let labelled: u64 = counted.iter().map(|c| u64::from(c.labeled)).sum();
     if labelled == 0 {
         if let Some(key) = &options.label_key {
             return Err(Error::source(
@@ -618,94 +671,56 @@ pub(crate) fn index_files(
             "{}: no record has `image/class/label` or `label`: every label is 0",
             origin.display()
         );
-    } else if let Some((k, n)) = unlabelled {
-        let i = (shards[k].first + n) as usize;
+    } else if let Some((k, (n, at))) = counted
+        .iter()
+        .enumerate()
+        .find_map(|(k, c)| c.first_unlabelled.map(|u| (k, u)))
+    {
         return Err(Error::source(
-            &shards[k].name,
+            &files[k].path,
             format!(
-                "record {n} at byte {} has no `{}` label, while {labelled} of {} records have one",
-                offset[i],
+                "record {n} at byte {at} has no `{}` label, while {labelled} of {total} records have one",
                 label_keys.join("` or `"),
-                labels.len()
             ),
         ));
     }
-    for (i, l) in labels.iter().enumerate() {
-        index.labels[i] = l.unwrap_or(0);
+    let mut units = Vec::with_capacity(files.len());
+    let mut first = 0u64;
+    for (file, c) in files.into_iter().zip(&counted) {
+        units.push(Unit {
+            file: Arc::new(file),
+            first,
+            count: c.count,
+            part: 0,
+            tally: Tally {
+                labeled: c.labeled,
+                max_label: c.max_label,
+                image_bytes: c.bytes,
+            },
+        });
+        first += u64::from(c.count);
     }
-    index.shrink();
-    shard_of.shrink_to_fit();
-    offset.shrink_to_fit();
-    len.shrink_to_fit();
-    let tf = TfRecordIndex {
-        shards,
-        shard_of,
-        offset,
-        len,
-        bad,
+    let bytes: u64 = counted.iter().map(|c| c.bytes).sum();
+    let units = Units {
+        units,
+        num_classes: counted
+            .iter()
+            .filter_map(|c| c.max_label)
+            .max()
+            .map_or(1, |m| m + 1),
+        mean_sample_bytes: Some(bytes / total),
+    };
+    let set = TfRecordSet {
+        units,
+        compression,
         image_keys,
         label_keys,
         max_bytes_in_flight: options.max_bytes_in_flight,
     };
     Ok(Source {
-        index,
-        backing: Backing::TfRecord(Arc::new(tf)),
+        index: FileIndex::with_origin(origin, base),
+        backing: Backing::TfRecord(Arc::new(set)),
     })
-}
-
-/// The folder all `files` are in, or none.
-pub(crate) fn common_parent(files: &[PathBuf]) -> PathBuf {
-    let parent = |p: &PathBuf| p.parent().map(Path::to_path_buf).unwrap_or_default();
-    match files.first() {
-        Some(first) if files.iter().all(|p| parent(p) == parent(first)) => parent(first),
-        _ => PathBuf::new(),
-    }
-}
-
-/// `path` relative to `base` (as text), or whole.
-pub(crate) fn relative(path: &Path, base: &Path) -> String {
-    path.strip_prefix(base)
-        .unwrap_or(path)
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Runs `one(k)` for `k` in `0..n` on up to 8 threads; the first error (by `k`) wins.
-pub(crate) fn in_parallel<T: Send>(
-    n: usize,
-    one: impl Fn(usize) -> Result<T, Error> + Sync,
-) -> Result<Vec<T>, Error> {
-    if n == 1 {
-        // One file: on the caller's thread.
-        return Ok(vec![one(0)?]);
-    }
-    type Slot<T> = Mutex<Option<Result<T, Error>>>;
-    let results: Vec<Slot<T>> = (0..n).map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..8.min(n) {
-            scope.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= n {
-                    break;
-                }
-                let r = one(k);
-                let failed = r.is_err();
-                *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-                if failed {
-                    next.store(n, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    let mut out = Vec::with_capacity(n);
-    for slot in results {
-        match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(r) => out.push(r?),
-            None => break, // an earlier one failed and returned above
-        }
-    }
-    Ok(out)
 }
 
 /// One record as an epoch reads it: its image's length and label, or why it is a bad sample.

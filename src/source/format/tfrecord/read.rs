@@ -1,30 +1,29 @@
-//! Reading records during an epoch: a forward-only cursor over shards that checks each
-//! record's framing and CRCs and hands its image's bytes on.
+//! The TFRecord reader of an epoch's fetch loop: the tables of the files it reads (walked on
+//! first use, the ones of its shuffle block kept; a compressed file inflated into a temporary
+//! file), and each record read with one positioned read (one ranged request in object
+//! storage), its framing and CRCs checked, its `Example` read for the image and the label.
 
-use std::io::{BufRead, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{
-    masked_crc, open_stream, pick, walk, Compression, Fault, Problem, Slice, TfRecordIndex,
-};
+use super::{masked_crc, pick, walk, Fault, Found, Problem, Slice, TfRecordSet};
 use crate::error::{DecodeFailure, Error};
-use crate::source::fetch::{Fetch, Fetched};
+use crate::source::format::units::{tables_for, Tables};
+use crate::source::format::{Reader, Sample, Step};
+use crate::source::storage::Place;
 
-/// The most bytes skipped by reading forward instead of seeking (a compressed shard is always
-/// read forward, from its start when the cursor is past the record).
-const MAX_SKIP: u64 = 8 << 20;
-
-struct Open {
-    shard: u32,
-    reader: Box<dyn BufRead + Send>,
-    pos: u64,
+/// A file's records, and for a compressed file its inflated bytes.
+pub(crate) struct Table {
+    pub(crate) records: Vec<Found>,
+    pub(crate) inflated: Option<std::fs::File>,
 }
 
-/// A reader over shards that keeps the current shard's stream while the records asked for
-/// lie further on in it.
-#[derive(Default)]
-pub(crate) struct Cursor {
-    current: Option<Open>,
+/// Reads records of TFRecord files in any order (see the module doc of `tfrecord/`).
+pub(crate) struct TfRecordReader {
+    set: Arc<TfRecordSet>,
+    tables: Tables<Table>,
+    /// Open local files, most recently used first.
+    files: Vec<(usize, std::fs::File)>,
 }
 
 fn changed(name: &Path, why: String) -> Error {
@@ -89,194 +88,183 @@ pub(crate) fn extract(
     Ok((payload, sample.label.unwrap_or(0)))
 }
 
-impl Cursor {
-    /// Reads record `i`'s image bytes (its label checked against `label`); `limit` bounds the
-    /// record's payload. `name` names the sample in errors.
-    pub(crate) fn read(
-        &mut self,
-        index: &TfRecordIndex,
-        i: usize,
-        label: u32,
-        limit: u64,
-        name: &Path,
-    ) -> Result<Vec<u8>, Error> {
-        if let Some(why) = index.bad.get(&(i as u32)) {
-            return Err(Error::decode(name, DecodeFailure(why.clone())));
+impl TfRecordReader {
+    pub(crate) fn new(set: Arc<TfRecordSet>, block: usize) -> Self {
+        let mean = set.units.len() / (set.units.units.len() as u64).max(1);
+        TfRecordReader {
+            tables: Tables::new(tables_for(block, mean)),
+            set,
+            files: Vec::new(),
         }
-        let (shard, offset, len) = index.locate(i);
-        if len > limit {
-            return Err(Error::decode(
-                name,
-                DecodeFailure(format!(
-                    "the record is {len} bytes, over the {limit}-byte limit (max_pixels x 4 + 16 MiB, at most 256 MiB)"
-                )),
-            ));
-        }
-        let result = self.read_at(index, shard, offset, len, name);
-        let (image, got) = match result {
-            Ok(payload) => {
-                let keys: Vec<&str> = index
-                    .image_keys
-                    .iter()
-                    .chain(&index.label_keys)
-                    .map(String::as_str)
-                    .collect();
-                let (payload, crc) = payload;
-                extract(payload, crc, &keys, index.image_keys.len(), name)?
-            }
-            Err(e) => {
-                self.current = None;
-                return Err(e);
-            }
-        };
-        if got != label {
-            return Err(changed(
-                name,
-                format!("the record's label is {got}, the index says {label}"),
-            ));
-        }
-        Ok(image)
     }
 
-    /// Reads the frame at `offset` of `shard`: its payload (`len` bytes, as indexed) and its
-    /// stored payload CRC.
-    fn read_at(
-        &mut self,
-        index: &TfRecordIndex,
-        shard: u32,
-        offset: u64,
-        len: u64,
-        name: &Path,
-    ) -> Result<(Vec<u8>, u32), Error> {
-        let s = &index.shards[shard as usize];
-        let reusable = self.current.as_ref().is_some_and(|o| {
-            o.shard == shard
-                && o.pos <= offset
-                && (offset - o.pos <= MAX_SKIP || s.compression != Compression::None)
-        });
-        if !reusable {
-            self.current = None;
-            // A plain shard is read from the record on; a compressed one is inflated from its
-            // start.
-            let start = if s.compression == Compression::None {
-                offset
-            } else {
-                0
-            };
-            let file = s.file.open(start, s.file.size)?;
-            self.current = Some(Open {
-                shard,
-                reader: open_stream(file, s.compression),
-                pos: start,
-            });
+    /// Record `i`'s file, that file's table and `i`'s place in it.
+    fn locate(&mut self, i: u32) -> Result<(usize, Arc<Table>, usize), Error> {
+        let (k, j) = self.set.units.find(u64::from(i));
+        let set = self.set.clone();
+        let table = self.tables.get(k, || set.table(k))?;
+        Ok((k, table, j as usize))
+    }
+
+    /// An open local file `k` (kept for the next records).
+    fn file(&mut self, k: usize, path: &Path) -> Result<&std::fs::File, Error> {
+        if let Some(at) = self.files.iter().position(|(u, _)| *u == k) {
+            let entry = self.files.remove(at);
+            self.files.insert(0, entry);
+        } else {
+            let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            self.files.insert(0, (k, f));
+            self.files.truncate(8);
         }
-        let Some(o) = self.current.as_mut() else {
-            return Err(Error::io(name, std::io::Error::other("no open shard")));
-        };
-        let eof = |what: &str| {
+        Ok(&self.files[0].1)
+    }
+}
+
+/// Checks a frame read whole (`12 + len + 4` bytes at its offset) against the table's record
+/// and reads its `Example`: the image's bytes and the label.
+fn frame(
+    set: &TfRecordSet,
+    record: &Found,
+    mut bytes: Vec<u8>,
+    name: &Path,
+) -> Result<Sample, Error> {
+    let len = record.len as usize;
+    let head: [u8; 12] = bytes[..12].try_into().expect("a frame header");
+    let stored = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+    if !super::frame_checks(&head) || stored != record.len {
+        return Err(changed(
+            name,
+            format!(
+                "its frame holds a length of {stored} (CRC {}), the index {}",
+                if super::frame_checks(&head) {
+                    "checks"
+                } else {
+                    "fails"
+                },
+                record.len
+            ),
+        ));
+    }
+    let crc = u32::from_le_bytes(bytes[12 + len..16 + len].try_into().expect("4 bytes"));
+    bytes.truncate(12 + len);
+    bytes.drain(..12);
+    let keys: Vec<&str> = set
+        .image_keys
+        .iter()
+        .chain(&set.label_keys)
+        .map(String::as_str)
+        .collect();
+    let (image, label) = extract(bytes, crc, &keys, set.image_keys.len(), name)?;
+    let want = record.label.unwrap_or(0);
+    if label != want {
+        return Err(changed(
+            name,
+            format!("the record's label is {label}, the index says {want}"),
+        ));
+    }
+    Ok(Sample {
+        bytes: image,
+        label,
+    })
+}
+
+/// `len` bytes at `at` of a local file, or where it ends.
+fn pread(file: &std::fs::File, at: u64, len: u64, name: &Path) -> Result<Vec<u8>, Error> {
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len as usize)
+        .map_err(|_| Error::io(name, std::io::Error::other("cannot allocate the record")))?;
+    buf.resize(len as usize, 0);
+    crate::cache::format::read_at(file, &mut buf, at).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Error::io(
                 name,
                 std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
-                    format!("the shard ends inside {what} (truncated since it was opened?)"),
+                    "the shard ends inside this record (truncated since it was opened?)",
                 ),
             )
+        } else {
+            Error::io(name, e)
+        }
+    })?;
+    Ok(buf)
+}
+
+impl Reader for TfRecordReader {
+    fn reserve(&mut self, i: u32) -> u64 {
+        self.locate(i).map_or(0, |(_, t, j)| t.records[j].len)
+    }
+
+    fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step {
+        let (k, table, j) = match self.locate(i) {
+            Ok(x) => x,
+            Err(e) => {
+                let (k, _) = self.set.units.find(u64::from(i));
+                *name = self.set.units.units[k].file.path.clone();
+                return Step::Done(Err(e));
+            }
         };
-        let skip = offset - o.pos;
-        let skipped = std::io::copy(&mut (&mut o.reader).take(skip), &mut std::io::sink())
-            .map_err(|e| Error::io(name, e))?;
-        o.pos += skipped;
-        if skipped < skip {
-            return Err(eof("the records before this one"));
+        let record = table.records[j].clone();
+        *name = PathBuf::from(format!(
+            "{}[record {j} at byte {}]",
+            self.set.units.unit_name(k),
+            record.offset
+        ));
+        if let Some(why) = &record.bad {
+            return Step::Done(Err(Error::decode(&*name, DecodeFailure(why.clone()))));
         }
-        let mut head = [0u8; 12];
-        read_full(&mut o.reader, &mut head).map_err(|e| Error::io(name, e))?;
-        o.pos += 12;
-        let stored = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
-        if !super::frame_checks(&head) || stored != len {
-            return Err(changed(
-                name,
-                format!(
-                    "its frame holds a length of {stored} (CRC {}), the index {len}",
-                    if super::frame_checks(&head) {
-                        "checks"
-                    } else {
-                        "fails"
-                    }
-                ),
-            ));
+        if record.len > limit {
+            return Step::Done(Err(Error::decode(
+                &*name,
+                DecodeFailure(format!(
+                    "the record is {} bytes, over the {limit}-byte limit (max_pixels x 4 + 16 MiB, at most 256 MiB)",
+                    record.len
+                )),
+            )));
         }
-        let mut payload = Vec::new();
-        payload
-            .try_reserve_exact(len as usize)
-            .map_err(|_| Error::io(name, std::io::Error::other("cannot allocate the record")))?;
-        let got = (&mut o.reader)
-            .take(len)
-            .read_to_end(&mut payload)
-            .map_err(|e| Error::io(name, e))?;
-        o.pos += got as u64;
-        if (got as u64) < len {
-            return Err(eof("this record"));
+        let whole = 16 + record.len;
+        if let Some(inflated) = &table.inflated {
+            let read = pread(inflated, record.offset, whole, name);
+            return Step::Done(read.and_then(|b| frame(&self.set, &record, b, name)));
         }
-        let mut crc = [0u8; 4];
-        read_full(&mut o.reader, &mut crc).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => eof("this record's CRC"),
-            _ => Error::io(name, e),
-        })?;
-        o.pos += 4;
-        Ok((payload, u32::from_le_bytes(crc)))
-    }
-}
-
-fn read_full(r: &mut dyn BufRead, buf: &mut [u8]) -> std::io::Result<()> {
-    r.read_exact(buf)
-}
-
-impl TfRecordIndex {
-    /// Record `i`'s image bytes by itself (one seek, or inflating a compressed shard up to it).
-    pub(crate) fn read_one(
-        &self,
-        i: usize,
-        label: u32,
-        name: &Path,
-        limit: u64,
-    ) -> Result<Vec<u8>, Error> {
-        Cursor::default().read(self, i, label, limit, name)
-    }
-
-    /// Reads the claimed records as streams, a run of one shard's records through one open
-    /// file (see `source/fetch.rs`).
-    pub(crate) fn fetch(&self, f: &Fetch<'_>) {
-        let cancelled = || f.claims.is_cancelled();
-        let mut cursor = Cursor::default();
-        let mut name = std::path::PathBuf::new();
-        while let Some(seq) = f.claims.claim() {
-            let index = f.plan.at(seq);
-            let (_, _, len) = self.locate(index as usize);
-            f.index.path_into(index as usize, &mut name);
-            let held = len.min(f.limit);
-            if !f.budget.acquire(held, &cancelled) {
-                return;
+        let file = self.set.units.units[k].file.clone();
+        match &file.place {
+            Place::Local(path) => {
+                let read = self
+                    .file(k, path)
+                    .and_then(|f| pread(f, record.offset, whole, name));
+                Step::Done(read.and_then(|b| frame(&self.set, &record, b, name)))
             }
-            let label = f.index.label(index as usize);
-            let bytes = cursor.read(self, index as usize, label, f.limit, &name);
-            // The image is a part of the record: hold what was read until it is decoded.
-            let held = match &bytes {
-                Ok(_) => held,
-                Err(_) => {
-                    f.budget.release(held);
-                    0
-                }
-            };
-            let sent = Fetched {
-                seq,
-                index,
-                bytes: Some(bytes),
-                held,
-            };
-            if f.tx.send(sent).is_err() {
-                return;
+            Place::Memory(bytes) => {
+                let read = bytes
+                    .get(record.offset as usize..(record.offset + whole) as usize)
+                    .map(<[u8]>::to_vec)
+                    .ok_or_else(|| changed(name, "the record runs past the file's end".into()));
+                Step::Done(read.and_then(|b| frame(&self.set, &record, b, name)))
+            }
+            #[cfg(feature = "remote")]
+            Place::Remote { store, key } => {
+                let (store, key, name, set) =
+                    (store.clone(), key.clone(), name.clone(), self.set.clone());
+                Step::Pending(Box::pin(async move {
+                    let bytes = store
+                        .get_range_async(&key, record.offset, record.offset + whole)
+                        .await?;
+                    frame(&set, &record, bytes.to_vec(), &name)
+                }))
             }
         }
+    }
+
+    #[cfg(feature = "remote")]
+    fn store(&self) -> Option<(Arc<crate::source::storage::remote::Store>, usize)> {
+        self.set
+            .units
+            .units
+            .iter()
+            .find_map(|u| match &u.file.place {
+                Place::Remote { store, .. } => Some((store.clone(), store.options.max_requests)),
+                _ => None,
+            })
     }
 }

@@ -1,0 +1,301 @@
+//! Reading parquet row groups for an epoch's fetch loop: a group's image and label columns
+//! read whole on first use (each image a slice of its decompressed page), the groups of the
+//! shuffle block kept within [`READER_BYTES`](super::READER_BYTES).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parquet::column::reader::ColumnReader;
+use parquet::data_type::ByteArray;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+
+use super::index::group_labels;
+use super::{guarded, ParquetIndex, READER_BYTES};
+use crate::error::{DecodeFailure, Error};
+use crate::source::format::{Reader, Sample, Step};
+use crate::source::storage::{Located, Place};
+
+/// A parquet file's bytes for the `parquet` crate's reader: a local file, or an object read
+/// with ranged requests (the footer, then each page's header and its bytes).
+pub(crate) enum PqData {
+    Local(File),
+    Memory(bytes::Bytes),
+    #[cfg(feature = "remote")]
+    Remote {
+        store: Arc<crate::source::storage::remote::Store>,
+        key: String,
+        size: u64,
+    },
+}
+
+/// A remote page header is read through windows of this many bytes (a header is tens to
+/// hundreds of bytes; the page's data is then asked for alone).
+#[cfg(feature = "remote")]
+const HEADER_WINDOW: u64 = 16 << 10;
+
+impl parquet::file::reader::Length for PqData {
+    fn len(&self) -> u64 {
+        match self {
+            PqData::Local(f) => parquet::file::reader::Length::len(f),
+            PqData::Memory(b) => b.len() as u64,
+            #[cfg(feature = "remote")]
+            PqData::Remote { size, .. } => *size,
+        }
+    }
+}
+
+impl parquet::file::reader::ChunkReader for PqData {
+    type T = Box<dyn std::io::Read + Send>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        match self {
+            PqData::Local(f) => Ok(Box::new(f.get_read(start)?)),
+            PqData::Memory(b) => Ok(Box::new(b.get_read(start)?)),
+            #[cfg(feature = "remote")]
+            PqData::Remote { store, key, size } => {
+                Ok(Box::new(store.windows(key, start, *size, HEADER_WINDOW)))
+            }
+        }
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        match self {
+            PqData::Local(f) => f.get_bytes(start, length),
+            PqData::Memory(b) => b.get_bytes(start, length),
+            #[cfg(feature = "remote")]
+            PqData::Remote { store, key, .. } => store
+                .get_range(key, start, start.saturating_add(length as u64))
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
+        }
+    }
+}
+
+pub(crate) fn open_reader(
+    file: &Located,
+    name: &str,
+) -> Result<SerializedFileReader<PqData>, Error> {
+    let data = match &file.place {
+        Place::Local(path) => PqData::Local(File::open(path).map_err(|e| Error::io(path, e))?),
+        Place::Memory(bytes) => PqData::Memory(bytes::Bytes::copy_from_slice(bytes)),
+        #[cfg(feature = "remote")]
+        Place::Remote { store, key } => PqData::Remote {
+            store: store.clone(),
+            key: key.clone(),
+            size: file.size,
+        },
+    };
+    SerializedFileReader::new(data).map_err(|e| {
+        Error::source(
+            name,
+            format!("not a readable parquet file (damaged, or cut short: its footer is its last bytes): {e}"),
+        )
+    })
+}
+
+/// One row group read whole: each row's image (`None`: null) and label.
+pub(crate) struct Group {
+    images: Vec<Option<ByteArray>>,
+    labels: Vec<u32>,
+    bytes: u64,
+}
+
+/// Reads rows of parquet files in any order (see the module doc of `parquet/`).
+pub(crate) struct ParquetReader {
+    pq: Arc<ParquetIndex>,
+    /// Row groups held, most recently used first, with their unit number.
+    groups: Vec<(usize, Arc<Group>)>,
+    /// The open file (its footer parsed) of the last group read.
+    file: Option<(u32, SerializedFileReader<PqData>)>,
+    /// The last row group that could not be read, and why: its other rows fail the same way
+    /// at once.
+    failed: Option<(usize, Error)>,
+}
+
+fn changed(name: &Path, why: String) -> Error {
+    Error::io(
+        name,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{why}: the file is not what was indexed (rewritten since it was opened)"),
+        ),
+    )
+}
+
+impl ParquetReader {
+    pub(crate) fn new(pq: Arc<ParquetIndex>, _block: usize) -> Self {
+        ParquetReader {
+            pq,
+            groups: Vec::new(),
+            file: None,
+            failed: None,
+        }
+    }
+
+    /// Unit `k`'s row group, read whole if it is not held.
+    fn group(&mut self, k: usize, name: &Path) -> Result<Arc<Group>, Error> {
+        if let Some(at) = self.groups.iter().position(|(u, _)| *u == k) {
+            let entry = self.groups.remove(at);
+            let group = entry.1.clone();
+            self.groups.insert(0, entry);
+            return Ok(group);
+        }
+        if let Some((_, e)) = self.failed.as_ref().filter(|(u, _)| *u == k) {
+            return Err(e.again());
+        }
+        let read = match guarded(|| self.read_group(k, name)) {
+            Ok(r) => r,
+            Err(why) => {
+                // The reader's state is unknown after a panic: the file is opened again.
+                self.file = None;
+                Err(Error::decode(
+                    name,
+                    DecodeFailure(format!("parquet: a damaged page: {why}")),
+                ))
+            }
+        };
+        let group = match read {
+            Ok(g) => g,
+            Err(e) => {
+                self.failed = Some((k, e.again()));
+                return Err(e);
+            }
+        };
+        let group = Arc::new(group);
+        self.groups.insert(0, (k, group.clone()));
+        // Keep the newest groups within the reader's bytes.
+        let mut held = 0u64;
+        let keep = self
+            .groups
+            .iter()
+            .take_while(|(_, g)| {
+                held = held.saturating_add(g.bytes);
+                held <= READER_BYTES
+            })
+            .count()
+            .max(1);
+        self.groups.truncate(keep);
+        Ok(group)
+    }
+
+    fn read_group(&mut self, k: usize, name: &Path) -> Result<Group, Error> {
+        let pq = &self.pq;
+        let unit = &pq.units.units[k];
+        let f = pq.file_of[k];
+        let columns = &pq.files[f as usize];
+        let located: &Located = &unit.file;
+        let file_name = located.path.to_string_lossy().into_owned();
+        let fail = |e: parquet::errors::ParquetError| {
+            Error::decode(name, DecodeFailure(format!("parquet: {e}")))
+        };
+        if self.file.as_ref().is_none_or(|(open, _)| *open != f) {
+            self.file = None;
+            located.check_unchanged()?;
+            let reader = open_reader(located, &file_name)?;
+            self.file = Some((f, reader));
+        }
+        let Some((_, reader)) = &self.file else {
+            return Err(Error::io(name, std::io::Error::other("no open file")));
+        };
+        let g = unit.part as usize;
+        let rows = reader
+            .metadata()
+            .row_groups()
+            .get(g)
+            .map(|r| u64::try_from(r.num_rows()).unwrap_or(0));
+        if rows != Some(u64::from(unit.count)) {
+            return Err(changed(name, "its row groups differ".into()));
+        }
+        let max_def = reader
+            .metadata()
+            .file_metadata()
+            .schema_descr()
+            .column(columns.leaf)
+            .max_def_level();
+        let group = reader.get_row_group(g).map_err(fail)?;
+        let ColumnReader::ByteArrayColumnReader(mut column) =
+            group.get_column_reader(columns.leaf).map_err(fail)?
+        else {
+            return Err(changed(name, "its image column is not binary".into()));
+        };
+        let (mut values, mut defs) = (Vec::new(), Vec::new());
+        let want = unit.count as usize;
+        let (records, _, _) = column
+            .read_records(want, Some(&mut defs), None, &mut values)
+            .map_err(fail)?;
+        if records < want {
+            return Err(changed(name, "its row group ends early".into()));
+        }
+        let mut images = Vec::with_capacity(want);
+        let mut values = values.into_iter();
+        for r in 0..want {
+            let present = max_def == 0 || defs.get(r) == Some(&max_def);
+            images.push(if present { values.next() } else { None });
+        }
+        let bytes = images.iter().flatten().map(|v| v.len() as u64).sum();
+        let labels = match &columns.label {
+            Some((leaf, column)) => {
+                group_labels(reader, *leaf, g, u64::from(unit.count), &file_name, column)?
+            }
+            None => vec![0; want],
+        };
+        Ok(Group {
+            images,
+            labels,
+            bytes,
+        })
+    }
+}
+
+impl Reader for ParquetReader {
+    fn reserve(&mut self, _: u32) -> u64 {
+        self.pq.units.mean_sample_bytes.unwrap_or(0).max(1)
+    }
+
+    fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step {
+        let (k, j) = self.pq.units.find(u64::from(i));
+        let unit = &self.pq.units.units[k];
+        // The row's number in its file: the rows of the file's earlier groups before it.
+        let before: u64 = self.pq.units.units[..k]
+            .iter()
+            .rev()
+            .take_while(|u| Arc::ptr_eq(&u.file, &unit.file))
+            .map(|u| u64::from(u.count))
+            .sum();
+        *name = PathBuf::from(format!(
+            "{}[row {}]",
+            self.pq.units.unit_name(k),
+            before + u64::from(j)
+        ));
+        let group = match self.group(k, name) {
+            Ok(g) => g,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        let label = group.labels[j as usize];
+        let Some(value) = &group.images[j as usize] else {
+            return Step::Done(Err(Error::decode(
+                &*name,
+                DecodeFailure("the image is null".into()),
+            )));
+        };
+        let data = value.data();
+        if data.len() as u64 > limit {
+            return Step::Done(Err(Error::decode(
+                &*name,
+                DecodeFailure(format!(
+                    "the image is {} bytes, over the {limit}-byte limit (max_pixels x 4 + 16 MiB, at most 256 MiB)",
+                    data.len()
+                )),
+            )));
+        }
+        let mut bytes = Vec::new();
+        if bytes.try_reserve_exact(data.len()).is_err() {
+            return Step::Done(Err(Error::io(
+                &*name,
+                std::io::Error::other("cannot allocate the image"),
+            )));
+        }
+        bytes.extend_from_slice(data);
+        Step::Done(Ok(Sample { bytes, label }))
+    }
+}
