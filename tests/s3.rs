@@ -844,3 +844,39 @@ fn s3_a_name_prefix_picks_one_split_and_two_splits_or_kinds_are_refused() {
     );
     assert!(cut.contains("not a readable parquet file"), "{cut}");
 }
+
+#[test]
+fn s3_a_manifest_written_to_the_store_opens_the_dataset_with_one_read() {
+    let Some((s, _guard)) = server() else { return };
+    // Shards under a prefix of their own, with what would make a listing refuse the prefix
+    // (class folders of images beside them): opening through the manifest does not list.
+    let local = Source::from_dir(classes_dir()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_shards(&local, dir.path(), 4, Some(3)).unwrap();
+    for shard in &written.shards {
+        let name = shard.file_name().unwrap().to_string_lossy().into_owned();
+        let body = std::fs::read(shard).unwrap();
+        assert_eq!(
+            http(s.port, "PUT", &format!("/imagefeed/manifest/{name}"), &body),
+            200
+        );
+    }
+    let listed = Source::open("s3://imagefeed/manifest").unwrap();
+    let to = listed.write_manifest("s3://imagefeed/manifest/").unwrap();
+    assert_eq!(
+        to.to_string_lossy(),
+        "s3://imagefeed/manifest/imagefeed-manifest.tsv"
+    );
+    let photo = std::fs::read(local.path(0).unwrap()).unwrap();
+    assert_eq!(
+        http(s.port, "PUT", "/imagefeed/manifest/cat/a.jpg", &photo),
+        200
+    );
+    let opened = Source::open("s3://imagefeed/manifest").unwrap();
+    assert_eq!(opened.kind(), SourceKind::TarShards);
+    assert_eq!(opened.len(), local.len());
+    assert_eq!(pixels(&load_u8(opened)), pixels(&load_u8(listed)));
+    // The manifest named by its URL opens too.
+    let named = Source::open("s3://imagefeed/manifest/imagefeed-manifest.tsv").unwrap();
+    assert_eq!(named.len(), local.len());
+}

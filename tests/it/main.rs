@@ -16,6 +16,7 @@ mod elastic;
 mod errors;
 mod formats;
 mod fuzz_seeds;
+mod manifest;
 mod pipeline;
 mod prost_example;
 mod shard;

@@ -652,8 +652,12 @@ fn shards_command_writes_what_bench_reads() {
         .collect();
     let expected: BTreeSet<String> = (0..4)
         .flat_map(|k| [format!("shard-{k:06}.tar"), format!("shard-{k:06}.tar.idx")])
+        .chain(["imagefeed-manifest.tsv".to_string()])
         .collect();
-    assert_eq!(names, expected, "four shards, each with its sidecar index");
+    assert_eq!(
+        names, expected,
+        "four shards, each with its sidecar index, and their manifest"
+    );
     let indices = out.path().join("indices.txt");
     let o = std::process::Command::new(&bin)
         .args([

@@ -305,6 +305,10 @@ pub(crate) fn is_manifest(path: &Path) -> bool {
     if path.file_name().is_some_and(|n| n == MANIFEST_NAME) {
         return true;
     }
+    // Only a regular file is read (a FIFO would block, a device never end).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut head = [0u8; MAGIC.len()];
     std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
