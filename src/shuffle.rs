@@ -152,30 +152,70 @@ const PURPOSE_WHOLE: u64 = 1;
 const PURPOSE_UNITS: u64 = 2;
 const PURPOSE_BLOCK: u64 = 3;
 
-/// `0..len` mixed within consecutive blocks of `block` positions (the last one shorter), each
-/// block with its own key; `block <= 1`: unchanged.
+/// `0..len` mixed within consecutive blocks, each block with its own key: blocks of `block`
+/// positions (the last one shorter), or those that start at `starts`; `block <= 1` without
+/// `starts`: unchanged.
 #[derive(Debug, Clone, Copy)]
-struct Blocks {
+struct Blocks<'a> {
     len: u64,
     block: u64,
+    starts: Option<&'a [u64]>,
     seed: u64,
     epoch: u64,
     /// Tells the parts of one epoch apart (the rank a stream part belongs to).
     part: u64,
 }
 
-impl Blocks {
+impl Blocks<'_> {
     fn at(&self, k: u64) -> u64 {
-        if self.block <= 1 {
-            return k;
-        }
-        let j = k / self.block;
-        let start = j * self.block;
-        let len = self.block.min(self.len - start);
+        let (j, start, end) = match self.starts {
+            Some(starts) => {
+                let j = starts.partition_point(|&s| s <= k) - 1;
+                (
+                    j as u64,
+                    starts[j],
+                    starts.get(j + 1).copied().unwrap_or(self.len),
+                )
+            }
+            None if self.block <= 1 => return k,
+            None => {
+                let j = k / self.block;
+                let start = j * self.block;
+                (j, start, (start + self.block).min(self.len))
+            }
+        };
         let number = self.part.wrapping_mul(0x1_0000_0001).wrapping_add(j);
         start
-            + Permutation::new(len, key(self.seed, self.epoch, PURPOSE_BLOCK, number)).at(k - start)
+            + Permutation::new(
+                end - start,
+                key(self.seed, self.epoch, PURPOSE_BLOCK, number),
+            )
+            .at(k - start)
     }
+}
+
+/// Where the blocks of part `r` start (offsets within the part): whole units, consecutive
+/// ones until they hold at least `block` samples, so that a reader holds the tables of one
+/// block's units at a time. `None` for `block <= 1` (no mixing).
+fn unit_blocks(starts: &[u64], n: u64, parts: u64, r: u64, block: u64) -> Option<Vec<u64>> {
+    if block <= 1 {
+        return None;
+    }
+    let (lo, hi) = (part_start(n, parts, r), part_start(n, parts, r + 1));
+    let mut out = vec![0];
+    // `starts` after the unit holding `lo` are the ends of the units in the part, in order:
+    // each closes a block once it holds `block` samples.
+    let first = starts.partition_point(|&s| s <= lo);
+    for &end in &starts[first..] {
+        if end >= hi {
+            break;
+        }
+        let begun = *out.last().expect("a block start");
+        if end - lo - begun >= block {
+            out.push(end - lo);
+        }
+    }
+    Some(out)
 }
 
 /// One epoch's global order: position `q` (`q < len()`) to a dataset index.
@@ -194,11 +234,13 @@ enum Layout {
     /// mixed within blocks.
     Random { whole: Option<Permutation> },
     /// Streams: `units` in visiting order, `starts` their first positions in the stream laid
-    /// end to end (and the stream's length last), cut in `parts` parts.
+    /// end to end (and the stream's length last), cut in `parts` parts, each mixed within the
+    /// blocks of whole units that start at `blocks[part]`.
     Streams {
         units: Vec<Range<u32>>,
         starts: Vec<u64>,
         parts: u64,
+        blocks: Vec<Option<Vec<u64>>>,
     },
 }
 
@@ -241,15 +283,21 @@ impl Order {
             at += u64::from(u.end - u.start);
         }
         starts.push(at);
+        let block = settings.block().max(1) as u64;
+        let parts = parts.max(1) as u64;
+        let blocks = (0..parts)
+            .map(|r| unit_blocks(&starts, at, parts, r, block))
+            .collect();
         Order {
             n: at,
             seed,
             epoch,
-            block: settings.block().max(1) as u64,
+            block,
             layout: Layout::Streams {
                 units,
                 starts,
-                parts: parts.max(1) as u64,
+                parts,
+                blocks,
             },
         }
     }
@@ -263,8 +311,14 @@ impl Order {
     pub(crate) fn heap_bytes(&self) -> u64 {
         match &self.layout {
             Layout::Random { .. } => 0,
-            Layout::Streams { units, starts, .. } => {
-                (units.capacity() * 8 + starts.capacity() * 8) as u64
+            Layout::Streams {
+                units,
+                starts,
+                blocks,
+                ..
+            } => {
+                let b: usize = blocks.iter().flatten().map(Vec::capacity).sum();
+                (units.capacity() * 8 + starts.capacity() * 8 + b * 8) as u64
             }
         }
     }
@@ -275,28 +329,31 @@ impl Order {
         debug_assert!(q < self.n);
         match &self.layout {
             Layout::Random { whole: Some(p) } => p.at(q) as u32,
-            Layout::Random { whole: None } => self.blocks(self.n, 0).at(q) as u32,
+            Layout::Random { whole: None } => self.blocks(self.n, 0, None).at(q) as u32,
             Layout::Streams {
                 units,
                 starts,
                 parts,
+                blocks,
             } => {
                 let (r, k) = (q % parts, q / parts);
                 let (start, end) = (
                     part_start(self.n, *parts, r),
                     part_start(self.n, *parts, r + 1),
                 );
-                let x = start + self.blocks(end - start, r).at(k);
+                let aligned = blocks[r as usize].as_deref();
+                let x = start + self.blocks(end - start, r, aligned).at(k);
                 let u = starts.partition_point(|&s| s <= x) - 1;
                 units[u].start + (x - starts[u]) as u32
             }
         }
     }
 
-    fn blocks(&self, len: u64, part: u64) -> Blocks {
+    fn blocks<'a>(&self, len: u64, part: u64, starts: Option<&'a [u64]>) -> Blocks<'a> {
         Blocks {
             len,
             block: self.block,
+            starts,
             seed: self.seed,
             epoch: self.epoch,
             part,
@@ -396,6 +453,21 @@ mod tests {
             let first: std::collections::BTreeSet<u32> =
                 mine[..100].iter().map(|i| i / 100).collect();
             assert_eq!(first.len(), 4, "rank {r}: {first:?}");
+        }
+        // Blocks are whole shards, as many as reach the block's size: with blocks of 250,
+        // three shards then one.
+        let s250 = ShuffleSettings {
+            buffer: Some(250),
+            ..s
+        };
+        let order = Order::streams(&streams, 2, &s250, 7, 0);
+        for r in 0..2 {
+            let shards = |from: usize, to: usize| -> std::collections::BTreeSet<u32> {
+                (from..to).map(|k| order.at(r + 2 * k) / 100).collect()
+            };
+            let (first, second) = (shards(0, 300), shards(300, 400));
+            assert_eq!((first.len(), second.len()), (3, 1), "rank {r}");
+            assert!(first.is_disjoint(&second));
         }
         // Without shuffling: the parts are the shards in order, each in member order.
         let off = ShuffleSettings {

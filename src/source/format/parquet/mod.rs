@@ -9,7 +9,7 @@
 //! group (`datasets` writes 100 images a group, 1,000 rows at most by default) is a unit of
 //! the source: an epoch's reader reads a group's image and label columns whole when it first
 //! reads a row of it (the pages stay decompressed, each image a slice of them), and keeps the
-//! groups of its shuffle block, whose size is chosen to fit [`READER_BYTES`]. Rows are then
+//! groups of its shuffle block (whole groups: as many as fit [`READER_BYTES`]). Rows are then
 //! served in the order's permutation without reading a page twice.
 //!
 //! **Opening** reads each file's footer and its label column (8 bytes a row, a few pages a
@@ -23,8 +23,8 @@
 //! bad sample: a skippable error naming the row.
 //!
 //! **Memory**: the fetch stage's bound ([`ParquetOptions::max_bytes_in_flight`]) plus the
-//! reader's row groups (the block's, at most [`READER_BYTES`] besides one group; a `datasets`
-//! row group of 100 ImageNet images is 11 MB).
+//! reader's row groups (the block's, at most [`READER_BYTES`], or one group larger than that;
+//! a `datasets` row group of 100 ImageNet images is 11 MB).
 //!
 //! `index.rs` opens files; `read.rs` reads their row groups.
 
@@ -46,7 +46,7 @@ pub(crate) use read::ParquetReader;
 
 /// The row groups a reader keeps hold at most this many bytes of images (besides the one it
 /// reads): a shuffle block of a parquet source spans what fits here.
-pub(crate) const READER_BYTES: u64 = 96 << 20;
+pub(crate) const READER_BYTES: u64 = 64 << 20;
 
 /// The columns and limits for parquet files (see [`Source::from_parquet_with`]).
 ///
@@ -130,16 +130,20 @@ impl ParquetIndex {
         ParquetReader::new(self.clone(), block)
     }
 
-    /// What a reader holds: the row groups of a block, at most [`READER_BYTES`] and one group.
+    /// What a reader holds: the row groups of a block, at most [`READER_BYTES`] (or one group
+    /// larger than that).
     pub(crate) fn reader_bytes(&self, _block: usize) -> u64 {
-        READER_BYTES.saturating_add(self.largest_group)
+        READER_BYTES.max(self.largest_group)
     }
 
-    /// The shuffle block that fits the reader's row groups: [`READER_BYTES`] of typical rows,
-    /// 256 to 4,096 of them.
+    /// The shuffle block that fits the reader's row groups: as many whole groups as
+    /// [`READER_BYTES`] holds (at least one), at most 4,096 rows. The order's blocks are whole
+    /// units, so a reader holds one block's groups at a time.
     pub(crate) fn default_block(&self) -> usize {
-        let mean = self.units.mean_sample_bytes.unwrap_or(1 << 20).max(1);
-        (READER_BYTES / mean).clamp(256, 4096) as usize
+        let groups = self.units.units.len().max(1) as u64;
+        let rows = (self.units.len() / groups).max(1);
+        let fits = (READER_BYTES / self.largest_group.max(1)).max(1);
+        fits.saturating_mul(rows).clamp(1, 4096) as usize
     }
 }
 

@@ -143,6 +143,19 @@ impl ParquetReader {
         if let Some((_, e)) = self.failed.as_ref().filter(|(u, _)| *u == k) {
             return Err(e.again());
         }
+        // Room first: the groups held and the one read now stay within the reader's bytes
+        // (the newest kept; all dropped if this one alone fills it).
+        let coming = self.pq.units.units[k].tally.image_bytes;
+        let mut held = coming;
+        let keep = self
+            .groups
+            .iter()
+            .take_while(|(_, g)| {
+                held = held.saturating_add(g.bytes);
+                held <= READER_BYTES
+            })
+            .count();
+        self.groups.truncate(keep);
         let read = match guarded(|| self.read_group(k, name)) {
             Ok(r) => r,
             Err(why) => {
@@ -163,18 +176,6 @@ impl ParquetReader {
         };
         let group = Arc::new(group);
         self.groups.insert(0, (k, group.clone()));
-        // Keep the newest groups within the reader's bytes.
-        let mut held = 0u64;
-        let keep = self
-            .groups
-            .iter()
-            .take_while(|(_, g)| {
-                held = held.saturating_add(g.bytes);
-                held <= READER_BYTES
-            })
-            .count()
-            .max(1);
-        self.groups.truncate(keep);
         Ok(group)
     }
 
