@@ -76,8 +76,7 @@ pub(super) fn decode_loop(
         let mut label = None;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if from_fetch.is_none() {
-                epoch.source.index.path_into(index as usize, &mut path);
-                label = Some(epoch.source.index.label(index as usize));
+                label = Some(epoch.source.index.entry_into(index as usize, &mut path)?);
             }
             if job.panic_on_index == Some(u64::from(index)) {
                 panic!("injected panic (inject_panic_at_index)");

@@ -1,23 +1,126 @@
-//! The compact index of a source: every sample's path and label, the paths as bytes in one
-//! buffer.
+//! The index of a source of one file (or object) a sample: every sample's path and label.
+//!
+//! Two forms. Built in memory (entries, class folders, a list in object storage): the paths as
+//! bytes in one buffer, about `path length + 12` bytes a sample. Over a local list file
+//! ([`ListIndex`]): the byte offset of every 64th entry's line and nothing else, 1/4 byte a
+//! sample; a sample's path and label are read back from the list (one positioned read of at
+//! most 64 lines) when it is loaded. The list stays open, so a list replaced on disk while the
+//! loader runs is still read as it was opened.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
 
 use crate::error::Error;
 
-/// A compact list of `(path, label)` entries.
+/// The paths and labels of a source's samples.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FileIndex {
     /// What the entries came from (list file, folder, or `<entries>`), for messages.
     pub(crate) origin: PathBuf,
     /// Relative paths are joined to this folder.
     pub(crate) base: PathBuf,
-    pub(super) bytes: Vec<u8>,
-    pub(super) ends: Vec<u64>,
-    pub(super) labels: Vec<u32>,
+    entries: Entries,
     /// Class names by label, for class-folder sources.
     pub(crate) class_names: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone)]
+enum Entries {
+    InMemory {
+        bytes: Vec<u8>,
+        ends: Vec<u64>,
+        labels: Vec<u32>,
+    },
+    List(std::sync::Arc<ListIndex>),
+}
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries::InMemory {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+}
+
+/// Entries a checkpoint of a [`ListIndex`] covers.
+const EVERY: u64 = 64;
+
+/// The compact index of a local list file: where every 64th entry's line starts.
+#[derive(Debug)]
+pub(crate) struct ListIndex {
+    file: File,
+    /// (byte offset, the number of the line before it) of entries 0, 64, 128, …
+    checkpoints: Vec<(u64, u64)>,
+    len: usize,
+    num_classes: u32,
+}
+
+/// A reader at a byte offset of a file, by positioned reads (the file is shared by threads).
+pub(crate) struct At<'a> {
+    pub(crate) file: &'a File,
+    pub(crate) pos: u64,
+}
+
+impl std::io::Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        #[cfg(unix)]
+        let n = std::os::unix::fs::FileExt::read_at(self.file, buf, self.pos)?;
+        #[cfg(windows)]
+        let n = std::os::windows::fs::FileExt::seek_read(self.file, buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl ListIndex {
+    pub(crate) fn new(
+        file: File,
+        checkpoints: Vec<(u64, u64)>,
+        len: usize,
+        num_classes: u32,
+    ) -> Self {
+        ListIndex {
+            file,
+            checkpoints,
+            len,
+            num_classes,
+        }
+    }
+
+    /// Entry `i` (`i < len`), read from the list `list`: its path bytes into `path` (cleared
+    /// first) and its label.
+    fn entry(&self, list: &Path, i: usize, path: &mut Vec<u8>) -> Result<u32, Error> {
+        let (offset, line) = self.checkpoints[(i as u64 / EVERY) as usize];
+        let reader = BufReader::with_capacity(
+            8 << 10,
+            At {
+                file: &self.file,
+                pos: offset,
+            },
+        );
+        let mut lines = super::format::list::Lines::new(list, reader, line, offset)?;
+        for _ in 0..i as u64 % EVERY {
+            lines.next_entry()?;
+        }
+        match lines.next_entry()? {
+            Some(e) => {
+                path.clear();
+                path.extend_from_slice(e.path);
+                Ok(e.label)
+            }
+            None => Err(Error::io(
+                list,
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("entry {i} is gone: the list was cut short since it was opened"),
+                ),
+            )),
+        }
+    }
 }
 
 impl FileIndex {
@@ -29,31 +132,147 @@ impl FileIndex {
         }
     }
 
+    /// An index over a local list file's entries, read back from it (see [`ListIndex`]).
+    pub(crate) fn of_list(origin: PathBuf, base: PathBuf, list: ListIndex) -> Self {
+        FileIndex {
+            origin,
+            base,
+            entries: Entries::List(std::sync::Arc::new(list)),
+            class_names: None,
+        }
+    }
+
+    /// Appends an entry (an index built in memory).
     pub(crate) fn push(&mut self, path: &[u8], label: u32) {
-        self.bytes.extend_from_slice(path);
-        self.ends.push(self.bytes.len() as u64);
-        self.labels.push(label);
+        if let Entries::InMemory {
+            bytes,
+            ends,
+            labels,
+        } = &mut self.entries
+        {
+            bytes.extend_from_slice(path);
+            ends.push(bytes.len() as u64);
+            labels.push(label);
+        }
+    }
+
+    /// Reserves room for `n` bytes of paths (an index built in memory).
+    pub(crate) fn reserve_path_bytes(&mut self, n: usize) {
+        if let Entries::InMemory { bytes, .. } = &mut self.entries {
+            let _ = bytes.try_reserve(n);
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.labels.len()
+        match &self.entries {
+            Entries::InMemory { labels, .. } => labels.len(),
+            Entries::List(l) => l.len,
+        }
     }
 
+    /// The label of entry `i`. Over a list file, read from it (0 if it cannot be read: the
+    /// sample's read fails and says why).
     pub(crate) fn label(&self, i: usize) -> u32 {
-        self.labels[i]
+        match &self.entries {
+            Entries::InMemory { labels, .. } => labels[i],
+            Entries::List(l) => l.entry(&self.origin, i, &mut Vec::new()).unwrap_or(0),
+        }
     }
 
-    /// The stored (possibly relative) path bytes of entry `i`.
-    pub(crate) fn raw_path(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.bytes[start..self.ends[i] as usize]
+    /// The largest label plus one (0 without entries).
+    pub(crate) fn num_classes(&self) -> u32 {
+        match &self.entries {
+            Entries::InMemory { labels, .. } => {
+                labels.iter().max().map_or(0, |m| m.saturating_add(1))
+            }
+            Entries::List(l) => l.num_classes,
+        }
+    }
+
+    /// The stored (possibly relative) path bytes of entry `i` (over a list file, read from
+    /// it: empty if it cannot be read).
+    pub(crate) fn raw_path_of(&self, i: usize) -> std::borrow::Cow<'_, [u8]> {
+        match &self.entries {
+            Entries::InMemory { bytes, ends, .. } => {
+                let start = if i == 0 { 0 } else { ends[i - 1] as usize };
+                std::borrow::Cow::Borrowed(&bytes[start..ends[i] as usize])
+            }
+            Entries::List(l) => {
+                let mut out = Vec::new();
+                let _ = l.entry(&self.origin, i, &mut out);
+                std::borrow::Cow::Owned(out)
+            }
+        }
+    }
+
+    /// The stored path bytes of entry `i`, owned (tests).
+    #[cfg(test)]
+    pub(crate) fn raw_path(&self, i: usize) -> Vec<u8> {
+        self.raw_path_of(i).into_owned()
+    }
+
+    /// Entry `i`: its full path into `out` (reusing its allocation) and its label; over a list
+    /// file, an error if the list no longer holds it.
+    pub(crate) fn entry_into(&self, i: usize, out: &mut PathBuf) -> Result<u32, Error> {
+        out.as_mut_os_string().clear();
+        out.push(&self.base);
+        match &self.entries {
+            Entries::InMemory { .. } => {
+                out.push(bytes_to_os(&self.raw_path_of(i)));
+                Ok(self.label(i))
+            }
+            Entries::List(l) => {
+                let mut raw = Vec::new();
+                let label = l.entry(&self.origin, i, &mut raw)?;
+                out.push(bytes_to_os(&raw));
+                Ok(label)
+            }
+        }
+    }
+
+    /// Calls `f` with every entry's number, full path and label, in order: a list file read
+    /// once through (an entry it no longer holds ends the walk early, the fingerprint then
+    /// differing from the source's).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(usize, &Path, u32)) {
+        let mut path = PathBuf::new();
+        match &self.entries {
+            Entries::InMemory { .. } => {
+                for i in 0..self.len() {
+                    if let Ok(label) = self.entry_into(i, &mut path) {
+                        f(i, &path, label);
+                    }
+                }
+            }
+            Entries::List(l) => {
+                let reader = BufReader::with_capacity(
+                    64 << 10,
+                    At {
+                        file: &l.file,
+                        pos: 0,
+                    },
+                );
+                let Ok(mut lines) = super::format::list::Lines::new(&self.origin, reader, 0, 0)
+                else {
+                    return;
+                };
+                let mut i = 0;
+                while let Ok(Some(e)) = lines.next_entry() {
+                    if i >= l.len {
+                        break;
+                    }
+                    path.as_mut_os_string().clear();
+                    path.push(&self.base);
+                    path.push(bytes_to_os(e.path));
+                    f(i, &path, e.label);
+                    i += 1;
+                }
+            }
+        }
     }
 
     /// Writes the full path of entry `i` into `out`, reusing its allocation.
     pub(crate) fn path_into(&self, i: usize, out: &mut PathBuf) {
-        out.as_mut_os_string().clear();
-        out.push(&self.base);
-        out.push(bytes_to_os(self.raw_path(i)));
+        let _ = self.entry_into(i, out);
     }
 
     /// The full path of entry `i`.
@@ -65,24 +284,38 @@ impl FileIndex {
 
     /// Heap bytes held by the index.
     pub(crate) fn heap_bytes(&self) -> u64 {
-        (self.bytes.capacity() + self.ends.capacity() * 8 + self.labels.capacity() * 4) as u64
+        match &self.entries {
+            Entries::InMemory {
+                bytes,
+                ends,
+                labels,
+            } => (bytes.capacity() + ends.capacity() * 8 + labels.capacity() * 4) as u64,
+            Entries::List(l) => (l.checkpoints.capacity() * 16) as u64,
+        }
     }
 
     pub(crate) fn shrink(&mut self) {
-        self.bytes.shrink_to_fit();
-        self.ends.shrink_to_fit();
-        self.labels.shrink_to_fit();
+        if let Entries::InMemory {
+            bytes,
+            ends,
+            labels,
+        } = &mut self.entries
+        {
+            bytes.shrink_to_fit();
+            ends.shrink_to_fit();
+            labels.shrink_to_fit();
+        }
     }
 }
 
 #[cfg(unix)]
-pub(super) fn bytes_to_os(b: &[u8]) -> &OsStr {
+pub(crate) fn bytes_to_os(b: &[u8]) -> &OsStr {
     use std::os::unix::ffi::OsStrExt;
     OsStr::from_bytes(b)
 }
 
 #[cfg(not(unix))]
-pub(super) fn bytes_to_os(b: &[u8]) -> &OsStr {
+pub(crate) fn bytes_to_os(b: &[u8]) -> &OsStr {
     // Paths that are not UTF-8 cannot be represented on this platform's OsStr from bytes; the
     // lossy form then fails to open with an error naming it.
     match std::str::from_utf8(b) {

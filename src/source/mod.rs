@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use format::dir::class_folder_with_images;
-use format::list::{parse_list_from, shown};
+use format::list::shown;
 #[cfg(feature = "parquet")]
 pub use format::parquet::ParquetOptions;
 pub use format::tfrecord::TfRecordOptions;
@@ -89,7 +89,7 @@ pub(crate) struct ObjectIndex {
 #[cfg(feature = "remote")]
 impl ObjectIndex {
     pub(crate) fn key(&self, index: &FileIndex, i: usize) -> String {
-        let rel = String::from_utf8_lossy(index.raw_path(i));
+        let rel = String::from_utf8_lossy(&index.raw_path_of(i)).into_owned();
         join_key(&self.prefix, &rel)
     }
 }
@@ -215,13 +215,10 @@ impl Source {
     pub fn from_list_file(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
         regular_file(path)?;
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        // Read a line at a time: the list is never held whole.
-        let reader = std::io::BufReader::with_capacity(64 << 10, file);
-        let index = parse_list_from(path, base, reader, len)?;
-        Ok(Source::files(index))
+        // Read a line at a time, and kept as where every 64th entry starts: the list is never
+        // held whole.
+        Ok(Source::files(format::list::scan_list(path, base)?))
     }
 
     /// Reads a folder with one sub-folder per class, like torchvision's `ImageFolder`: the
@@ -586,21 +583,20 @@ impl Source {
             None
         };
         hasher.write(&(self.len() as u64).to_le_bytes());
-        let mut path = PathBuf::new();
-        for i in 0..self.len() {
-            self.index.path_into(i, &mut path);
+        // In order, a list file read once through.
+        self.index.for_each(|i, path, label| {
             hasher.write(path.as_os_str().as_encoded_bytes());
             hasher.write(&[0]);
             if with_stamps {
                 let (len, mtime) = match &fetched {
                     Some(stamps) => stamps[i],
-                    None => self.stamp(i, &mut path),
+                    None => self.backing.stamp(i, path),
                 };
                 hasher.write(&len.to_le_bytes());
                 hasher.write(&mtime.to_le_bytes());
             }
-            hasher.write(&self.index.label(i).to_le_bytes());
-        }
+            hasher.write(&label.to_le_bytes());
+        });
     }
 
     /// Every sample's size and modification time, when the source itself does not know them:
@@ -610,11 +606,6 @@ impl Source {
     /// read fails later, naming it). `None` where [`Source::stamp`] knows them all.
     fn fetch_stamps(&self) -> Option<Vec<(u64, u128)>> {
         self.backing.fetch_stamps(&self.index)
-    }
-
-    /// Size and modification time of sample `i`'s bytes, for the stamped fingerprint.
-    fn stamp(&self, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
-        self.backing.stamp(&self.index, i, scratch)
     }
 
     /// The encoded bytes and label of sample `i`, read by itself (random access; an epoch
@@ -688,7 +679,7 @@ impl Source {
     pub fn num_classes(&self) -> u32 {
         match self.backing.units() {
             Some(units) => units.num_classes,
-            None => self.index.labels.iter().max().map_or(0, |m| m + 1),
+            None => self.index.num_classes(),
         }
     }
 

@@ -40,6 +40,181 @@ fn binary_kind(head: &[u8]) -> Option<String> {
         .then(|| "a tar archive: open it as tar shards (name it .tar)".into())
 }
 
+/// One entry of a list: its path bytes, its label, and its line's number and byte offset.
+pub(crate) struct Entry<'a> {
+    pub(crate) path: &'a [u8],
+    pub(crate) label: u32,
+    pub(crate) line: u64,
+    pub(crate) offset: u64,
+}
+
+/// Reads a list's entries one at a time, holding one line, and checks each line by the list
+/// rules (see [`Source::from_list_file`](crate::Source::from_list_file)): the one reader of
+/// list lines, for parsing a list, counting it, and reading one entry of it again.
+pub(crate) struct Lines<'l, R> {
+    reader: R,
+    list: &'l Path,
+    buf: Vec<u8>,
+    /// The number of the last line read, and the offset of the next one.
+    line: u64,
+    offset: u64,
+}
+
+impl<'l, R: std::io::BufRead> Lines<'l, R> {
+    /// Lines of `list` from `reader`, which is at line `line + 1`, byte `offset` (0, 0: the
+    /// file's start, where a file that is plainly not a text list is refused by what it is).
+    pub(crate) fn new(
+        list: &'l Path,
+        mut reader: R,
+        line: u64,
+        offset: u64,
+    ) -> Result<Self, Error> {
+        if offset == 0 {
+            // A file that is not a text list at all (a shard, an image, a compressed list)
+            // fails on its first "line" with a label made of binary bytes: say what it is.
+            if let Some(kind) = binary_kind(reader.fill_buf().map_err(|e| Error::io(list, e))?) {
+                return Err(Error::source(
+                    list,
+                    format!("is not a file list of `PATH<TAB>LABEL` lines: it holds {kind}"),
+                ));
+            }
+        }
+        Ok(Lines {
+            reader,
+            list,
+            buf: Vec::with_capacity(256),
+            line,
+            offset,
+        })
+    }
+
+    /// The next entry, `None` after the last.
+    pub(crate) fn next_entry(&mut self) -> Result<Option<Entry<'_>>, Error> {
+        use std::io::{BufRead as _, Read as _};
+        let list = self.list;
+        loop {
+            self.buf.clear();
+            let read = (&mut self.reader)
+                .take(MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| Error::io(list, e))?;
+            if read == 0 {
+                return Ok(None);
+            }
+            let start = self.offset;
+            self.offset += read as u64;
+            self.line += 1;
+            let line_no = self.line;
+            if self.buf.len() > MAX_LINE_BYTES && self.buf.last() != Some(&b'\n') {
+                let rest = skip_line(&mut self.reader).map_err(|e| Error::io(list, e))?;
+                self.offset += rest + 1;
+                let total = self.buf.len() as u64 + rest;
+                if trim(&self.buf).first() == Some(&b'#') {
+                    continue; // a long comment
+                }
+                let shown_start: String = String::from_utf8_lossy(&self.buf[..480])
+                    .chars()
+                    .take(120)
+                    .collect();
+                return Err(Error::list(
+                    list,
+                    line_no as usize,
+                    format!(
+                        "the line is {total} bytes long, over the {MAX_LINE_BYTES}-byte limit of list lines (paths are at most {MAX_PATH_BYTES} bytes): `{shown_start}...`"
+                    ),
+                ));
+            }
+            let mut raw: &[u8] = &self.buf;
+            if start == 0 {
+                raw = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
+            }
+            let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+            let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+            let line = trim(raw);
+            if line.is_empty() || line[0] == b'#' {
+                continue;
+            }
+            let (path, label) = check_line(list, line_no as usize, line)?;
+            // The path again, borrowed from the buffer past this loop.
+            let at = path.as_ptr() as usize - self.buf.as_ptr() as usize;
+            let len = path.len();
+            return Ok(Some(Entry {
+                path: &self.buf[at..at + len],
+                label,
+                line: line_no,
+                offset: start,
+            }));
+        }
+    }
+}
+
+/// Checks one trimmed, non-comment list line (number `at`); returns its path and label.
+fn check_line<'a>(list: &Path, at: usize, line: &'a [u8]) -> Result<(&'a [u8], u32), Error> {
+    if line.contains(&b'\r') {
+        // Lines ended by a bare CR (classic Mac OS, some exporters) read as one line whose
+        // "path" runs over many entries, and whose last label would be taken.
+        return Err(Error::list(
+            list,
+            at,
+            "a carriage return (CR) inside the line: the list's lines seem to end in bare \
+             CRs; end them in LF (or CRLF)",
+        ));
+    }
+    let (path, label) = split_line(line).ok_or_else(|| {
+        Error::list(
+            list,
+            at,
+            format!(
+                "expected `PATH<TAB>LABEL` or `PATH LABEL`, found `{}` (no label)",
+                shown(line)
+            ),
+        )
+    })?;
+    let label = parse_label(label).map_err(|reason| Error::list(list, at, reason))?;
+    // `a.jpg<TAB>3<TAB>7`: a list with more columns than PATH and LABEL, whose path would
+    // otherwise be `a.jpg<TAB>3` and fail to open far from here.
+    if let Some(tab) = path.iter().rposition(|&b| b == b'\t') {
+        let field = trim(&path[tab + 1..]);
+        if !field.is_empty() && parse_label(field).is_ok() {
+            return Err(Error::list(
+                list,
+                at,
+                format!(
+                    "more than two tab-separated fields (`{}`): expected `PATH<TAB>LABEL`",
+                    shown(line)
+                ),
+            ));
+        }
+    }
+    if path.contains(&0) {
+        return Err(Error::list(list, at, "the path contains a NUL byte"));
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err(Error::list(
+            list,
+            at,
+            format!(
+                "the path is {} bytes long, over the {MAX_PATH_BYTES}-byte limit of paths (`{}`)",
+                path.len(),
+                shown(path)
+            ),
+        ));
+    }
+    Ok((path, label))
+}
+
+/// The folder a list's relative paths are keyed under for the duplicate check: its own,
+/// made absolute (a list named by a bare file name: the current folder).
+fn anchor_of(base: &Path) -> Vec<u8> {
+    let folder = if base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        base
+    };
+    let anchor = std::fs::canonicalize(folder).unwrap_or_else(|_| base.to_path_buf());
+    os_to_bytes(anchor.as_os_str())
+}
+
 /// Parses a file list read line by line from `reader`, holding one line at a time, so the
 /// memory it takes is the index it builds plus 24 bytes an entry while it runs (for duplicate
 /// detection), whatever the list's size or content. `size_hint`: the list's length in bytes,
@@ -47,137 +222,33 @@ fn binary_kind(head: &[u8]) -> Option<String> {
 pub(crate) fn parse_list_from(
     list: &Path,
     base: PathBuf,
-    mut reader: impl std::io::BufRead,
+    reader: impl std::io::BufRead,
     size_hint: u64,
 ) -> Result<FileIndex, Error> {
-    use std::io::{BufRead as _, Read as _};
     let mut index = FileIndex::with_origin(list.to_path_buf(), base);
     // Reserved, not touched: pages are only used as paths are written.
-    let _ = index
-        .bytes
-        .try_reserve(usize::try_from(size_hint).unwrap_or(0));
+    index.reserve_path_bytes(usize::try_from(size_hint).unwrap_or(0));
     // Per entry, its path's hash and its line: duplicates are found by sorting these after
     // the last line (24 bytes an entry, freed when parsing ends).
     let mut keyed: Vec<(u64, u32)> = Vec::new();
     let mut lines: Vec<u64> = Vec::new();
     // Paths are compared as absolute paths under the list's folder (see `list_key`).
-    // (A list named by a bare file name has an empty folder: the current one.)
-    let folder = if index.base.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        index.base.as_path()
-    };
-    let anchor = std::fs::canonicalize(folder).unwrap_or_else(|_| index.base.clone());
-    let anchor = os_to_bytes(anchor.as_os_str());
+    let anchor = anchor_of(&index.base);
     let mut key = Vec::new();
-    let mut buf: Vec<u8> = Vec::with_capacity(256);
-    let mut line_no = 0u64;
-    // A file that is not a text list at all (a shard, an image, a compressed list) fails on
-    // its first "line" with a label made of binary bytes: say what it is instead.
-    if let Some(kind) = binary_kind(reader.fill_buf().map_err(|e| Error::io(list, e))?) {
-        return Err(Error::source(
-            list,
-            format!("is not a file list of `PATH<TAB>LABEL` lines: it holds {kind}"),
-        ));
-    }
-    loop {
-        buf.clear();
-        let read = (&mut reader)
-            .take(MAX_LINE_BYTES as u64 + 1)
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| Error::io(list, e))?;
-        if read == 0 {
-            break;
-        }
-        line_no += 1;
-        if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
-            let total =
-                buf.len() as u64 + skip_line(&mut reader).map_err(|e| Error::io(list, e))?;
-            if trim(&buf).first() == Some(&b'#') {
-                continue; // a long comment
-            }
-            let start: String = String::from_utf8_lossy(&buf[..480])
-                .chars()
-                .take(120)
-                .collect();
-            return Err(Error::list(
-                list,
-                line_no as usize,
-                format!(
-                    "the line is {total} bytes long, over the {MAX_LINE_BYTES}-byte limit of list lines (paths are at most {MAX_PATH_BYTES} bytes): `{start}...`"
-                ),
-            ));
-        }
-        let mut raw: &[u8] = &buf;
-        if line_no == 1 {
-            raw = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
-        }
-        let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let line = trim(raw);
-        if line.is_empty() || line[0] == b'#' {
-            continue;
-        }
-        let at = line_no as usize;
-        if line.contains(&b'\r') {
-            // Lines ended by a bare CR (classic Mac OS, some exporters) read as one line whose
-            // "path" runs over many entries, and whose last label would be taken.
-            return Err(Error::list(
-                list,
-                at,
-                "a carriage return (CR) inside the line: the list's lines seem to end in bare \
-                 CRs; end them in LF (or CRLF)",
-            ));
-        }
-        let (path, label) = split_line(line).ok_or_else(|| {
-            Error::list(
-                list,
-                at,
-                format!(
-                    "expected `PATH<TAB>LABEL` or `PATH LABEL`, found `{}` (no label)",
-                    shown(line)
-                ),
-            )
-        })?;
-        let label = parse_label(label).map_err(|reason| Error::list(list, at, reason))?;
-        // `a.jpg<TAB>3<TAB>7`: a list with more columns than PATH and LABEL, whose path would
-        // otherwise be `a.jpg<TAB>3` and fail to open far from here.
-        if let Some(tab) = path.iter().rposition(|&b| b == b'\t') {
-            let field = trim(&path[tab + 1..]);
-            if !field.is_empty() && parse_label(field).is_ok() {
-                return Err(Error::list(
-                    list,
-                    at,
-                    format!(
-                        "more than two tab-separated fields (`{}`): expected `PATH<TAB>LABEL`",
-                        shown(line)
-                    ),
-                ));
-            }
-        }
-        if path.contains(&0) {
-            return Err(Error::list(list, at, "the path contains a NUL byte"));
-        }
-        if path.len() > MAX_PATH_BYTES {
-            return Err(Error::list(
-                list,
-                at,
-                format!(
-                    "the path is {} bytes long, over the {MAX_PATH_BYTES}-byte limit of paths (`{}`)",
-                    path.len(),
-                    shown(path)
-                ),
-            ));
-        }
+    let mut reader = Lines::new(list, reader, 0, 0)?;
+    while let Some(entry) = reader.next_entry()? {
         if index.len() >= u32::MAX as usize {
-            return Err(Error::list(list, at, "more than 2^32-1 entries"));
+            return Err(Error::list(
+                list,
+                entry.line as usize,
+                "more than 2^32-1 entries",
+            ));
         }
-        list_key(&anchor, path, &mut key);
+        list_key(&anchor, entry.path, &mut key);
         keyed.push((xxhash_rust::xxh3::xxh3_64(&key), index.len() as u32));
-        lines.push(line_no);
-        index.push(path, label);
+        lines.push(entry.line);
+        index.push(entry.path, entry.label);
     }
-    drop(buf);
     if index.len() == 0 {
         return Err(Error::source(list, "the list has no entries"));
     }
@@ -190,6 +261,141 @@ pub(crate) fn parse_list_from(
     }
     index.shrink();
     Ok(index)
+}
+
+/// Opens a local list file as a compact index (see `source/index.rs`): the list is read
+/// three times (counted and checked, then its paths hashed into two Bloom filters to find the
+/// ones that may be listed twice, then those compared), holding a quarter byte a sample and,
+/// while it opens, 2.5 bytes a sample of filters. The same rules and errors as
+/// [`parse_list_from`].
+pub(crate) fn scan_list(list: &Path, base: PathBuf) -> Result<FileIndex, Error> {
+    use std::io::BufReader;
+
+    use crate::source::index::{At, ListIndex};
+
+    let file = std::fs::File::open(list).map_err(|e| Error::io(list, e))?;
+    let read = |pos| BufReader::with_capacity(64 << 10, At { file: &file, pos });
+    // Counted and checked; where every 64th entry starts.
+    let (mut n, mut max_label) = (0u64, 0u32);
+    let mut checkpoints = Vec::new();
+    let mut lines = Lines::new(list, read(0), 0, 0)?;
+    let mut last_line = 0;
+    while let Some(e) = lines.next_entry()? {
+        if n % 64 == 0 {
+            checkpoints.push((e.offset, last_line));
+        }
+        last_line = e.line;
+        if n >= u64::from(u32::MAX) {
+            return Err(Error::list(
+                list,
+                e.line as usize,
+                "more than 2^32-1 entries",
+            ));
+        }
+        n += 1;
+        max_label = max_label.max(e.label);
+    }
+    if n == 0 {
+        return Err(Error::source(list, "the list has no entries"));
+    }
+    // Paths listed twice: first those that may be (a second filter holds the paths met when
+    // the first already had them), then those compared exactly.
+    let anchor = anchor_of(&base);
+    let bits = (n * 10).max(64);
+    let (mut once, mut twice) = (Bloom::new(bits), Bloom::new(bits));
+    let mut key = Vec::new();
+    let mut lines = Lines::new(list, read(0), 0, 0)?;
+    let mut any = false;
+    while let Some(e) = lines.next_entry()? {
+        list_key(&anchor, e.path, &mut key);
+        let h = xxhash_rust::xxh3::xxh3_64(&key);
+        if once.insert(h) {
+            twice.insert(h);
+            any = true;
+        }
+    }
+    drop(once);
+    // Each path that may be listed twice, by its first listing (label and line): one entry a
+    // distinct path, so a list that names a few files many times stays small.
+    let mut duplicates = 0u64;
+    if any {
+        let mut first: std::collections::HashMap<u64, Vec<(Vec<u8>, u32, u64)>> =
+            std::collections::HashMap::new();
+        let mut lines = Lines::new(list, read(0), 0, 0)?;
+        while let Some(e) = lines.next_entry()? {
+            list_key(&anchor, e.path, &mut key);
+            let h = xxhash_rust::xxh3::xxh3_64(&key);
+            if !twice.contains(h) {
+                continue;
+            }
+            let seen = first.entry(h).or_default();
+            match seen.iter().find(|(k, ..)| *k == key) {
+                None => seen.push((key.clone(), e.label, e.line)),
+                Some((_, label, _)) if *label == e.label => duplicates += 1,
+                Some((_, label, line)) => {
+                    return Err(Error::list(
+                        list,
+                        e.line as usize,
+                        format!(
+                            "`{}` is listed again with label {}, but line {line} gives it label {label}",
+                            shown(e.path),
+                            e.label
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    if duplicates > 0 {
+        log::warn!(
+            "{}: {duplicates} path(s) listed more than once; each listing is a sample",
+            list.display()
+        );
+    }
+    let index = ListIndex::new(file, checkpoints, n as usize, max_label.saturating_add(1));
+    Ok(FileIndex::of_list(list.to_path_buf(), base, index))
+}
+
+/// A Bloom filter of 64-bit hashes: `insert` says whether the hash was (probably) in it
+/// already. Seven probes, 10 bits a key: about 1% false positives.
+struct Bloom {
+    words: Vec<u64>,
+    bits: u64,
+}
+
+impl Bloom {
+    fn new(bits: u64) -> Self {
+        let words = bits.div_ceil(64) as usize;
+        Bloom {
+            words: vec![0; words],
+            bits: words as u64 * 64,
+        }
+    }
+
+    fn probes(&self, h: u64) -> impl Iterator<Item = u64> + '_ {
+        // Double hashing from the two halves (Kirsch and Mitzenmacher).
+        let (a, b) = (h & 0xffff_ffff, (h >> 32) | 1);
+        (0..7u64).map(move |k| a.wrapping_add(k.wrapping_mul(b)) % self.bits)
+    }
+
+    fn insert(&mut self, h: u64) -> bool {
+        let mut present = true;
+        let mut probes = [0u64; 7];
+        for (p, bit) in probes.iter_mut().zip(self.probes(h)) {
+            *p = bit;
+        }
+        for bit in probes {
+            let (w, m) = ((bit / 64) as usize, 1u64 << (bit % 64));
+            present &= self.words[w] & m != 0;
+            self.words[w] |= m;
+        }
+        present
+    }
+
+    fn contains(&self, h: u64) -> bool {
+        self.probes(h)
+            .all(|bit| self.words[(bit / 64) as usize] & (1u64 << (bit % 64)) != 0)
+    }
 }
 
 /// Skips the rest of a line; returns how many bytes it held (not counting its newline).
@@ -269,7 +475,7 @@ fn check_duplicates(
         group.extend(same_hash.iter().map(|k| k.1));
         let key = |i: u32| {
             let mut k = Vec::new();
-            list_key(anchor, index.raw_path(i as usize), &mut k);
+            list_key(anchor, &index.raw_path_of(i as usize), &mut k);
             k
         };
         group.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
@@ -291,7 +497,7 @@ fn check_duplicates(
             lines[later as usize] as usize,
             format!(
                 "`{}` is listed again with label {}, but line {} gives it label {}",
-                shown(index.raw_path(later as usize)),
+                shown(&index.raw_path_of(later as usize)),
                 index.label(later as usize),
                 lines[first as usize],
                 index.label(first as usize)
@@ -427,7 +633,10 @@ mod tests {
             "{msg}"
         );
         let idx = parse(b"odd\tname.jpg\t2\n").unwrap();
-        assert_eq!((idx.raw_path(0), idx.label(0)), (&b"odd\tname.jpg"[..], 2));
+        assert_eq!(
+            (idx.raw_path(0), idx.label(0)),
+            (b"odd\tname.jpg".to_vec(), 2)
+        );
     }
 
     #[test]
@@ -529,9 +738,9 @@ mod tests {
             assert_eq!(idx.raw_path(0), b"a.jpg");
             assert_eq!(
                 (idx.raw_path(1), idx.label(1)),
-                (&b"sub dir/b c.jpg"[..], 12)
+                (b"sub dir/b c.jpg".to_vec(), 12)
             );
-            assert_eq!((idx.raw_path(2), idx.label(2)), (&b"last.png"[..], 3));
+            assert_eq!((idx.raw_path(2), idx.label(2)), (b"last.png".to_vec(), 3));
         }
         // A long line's length is counted to its end, and the next line is not read.
         let mut list = b"a.jpg 0\n".to_vec();
@@ -626,5 +835,56 @@ mod tests {
         let idx = parse(&list).unwrap();
         // 35-byte paths + 12 bytes of offset and label.
         assert!(idx.heap_bytes() <= 10_000 * 48, "{}", idx.heap_bytes());
+    }
+
+    proptest::proptest! {
+        /// The compact index of a list file reads back each entry as parsing the list in
+        /// memory gives it, and refuses what parsing refuses, with the same message.
+        #[test]
+        fn a_list_scanned_from_its_file_reads_back_what_parsing_gives(
+            lines in proptest::collection::vec(
+                (0usize..40, 0u32..4, 0u8..12),
+                0..200,
+            ),
+            bom: bool,
+            crlf: bool,
+        ) {
+            let mut text = Vec::new();
+            if bom {
+                text.extend_from_slice(b"\xEF\xBB\xBF");
+            }
+            let end: &[u8] = if crlf { b"\r\n" } else { b"\n" };
+            for (path, label, kind) in &lines {
+                match kind {
+                    0 => text.extend_from_slice(b"# a comment"),
+                    1 => {}
+                    // Duplicates, usually with the same label (a path listed twice).
+                    2 => text.extend_from_slice(format!("./p{}.jpg\t{label}", path % 5).as_bytes()),
+                    3 => text.extend_from_slice(format!("sub dir/q {path}.jpg {label}").as_bytes()),
+                    4 if *path == 7 => text.extend_from_slice(b"a.jpg x"),
+                    _ => text.extend_from_slice(format!("p{path}.jpg\t{}", path % 3).as_bytes()),
+                }
+                text.extend_from_slice(end);
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let list = dir.path().join("list.txt");
+            std::fs::write(&list, &text).unwrap();
+            let parsed = parse_list(&list, dir.path().to_path_buf(), &text);
+            let scanned = scan_list(&list, dir.path().to_path_buf());
+            match (parsed, scanned) {
+                (Ok(a), Ok(b)) => {
+                    proptest::prop_assert_eq!(a.len(), b.len());
+                    proptest::prop_assert_eq!(a.num_classes(), b.num_classes());
+                    let (mut pa, mut pb) = (PathBuf::new(), PathBuf::new());
+                    for i in 0..a.len() {
+                        let la = a.entry_into(i, &mut pa).unwrap();
+                        let lb = b.entry_into(i, &mut pb).unwrap();
+                        proptest::prop_assert_eq!((&pa, la), (&pb, lb), "entry {}", i);
+                    }
+                }
+                (Err(a), Err(b)) => proptest::prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => proptest::prop_assert!(false, "parsed {:?}, scanned {:?}", a.map(|i| i.len()), b.map(|i| i.len())),
+            }
+        }
     }
 }

@@ -122,29 +122,27 @@ impl Backing {
         Some(reader)
     }
 
-    /// Size and modification time of sample `i`'s bytes, for the stamped fingerprint of a
-    /// source read at random (sources read as streams stamp their units instead).
-    pub(crate) fn stamp(&self, index: &FileIndex, i: usize, scratch: &mut PathBuf) -> (u64, u128) {
+    /// Size and modification time of sample `i`'s bytes (at `path`), for the stamped
+    /// fingerprint of a source read at random (sources read as streams stamp their units).
+    pub(crate) fn stamp(&self, i: usize, path: &std::path::Path) -> (u64, u128) {
+        let _ = i;
         match self {
             #[cfg(feature = "remote")]
             Backing::Objects(o) => {
                 let (size, mtime) = o.stamps[i];
                 (size, mtime as u128)
             }
-            _ => {
-                index.path_into(i, scratch);
-                match std::fs::metadata(&*scratch) {
-                    Ok(m) => {
-                        let t = m
-                            .modified()
-                            .ok()
-                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                            .map_or(0, |d| d.as_nanos());
-                        (m.len(), t)
-                    }
-                    Err(_) => (u64::MAX, 0),
+            _ => match std::fs::metadata(path) {
+                Ok(m) => {
+                    let t = m
+                        .modified()
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_nanos());
+                    (m.len(), t)
                 }
-            }
+                Err(_) => (u64::MAX, 0),
+            },
         }
     }
 

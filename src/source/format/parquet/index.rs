@@ -397,7 +397,7 @@ pub(crate) fn index_files_with(
     }
     let units = Units {
         units,
-        num_classes: max_label.map_or(1, |m| m + 1),
+        num_classes: max_label.map_or(1, |m| m.saturating_add(1)),
         mean_sample_bytes: Some(image_bytes / first),
     };
     let pq = ParquetIndex {

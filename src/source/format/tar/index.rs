@@ -591,7 +591,7 @@ pub(crate) fn open_shards(
     }
     let units = Units {
         units,
-        num_classes: max_label.map_or(1, |m| m + 1),
+        num_classes: max_label.map_or(1, |m| m.saturating_add(1)),
         mean_sample_bytes: Some(bytes / first),
     };
     Ok(Source {

@@ -707,7 +707,7 @@ pub(crate) fn index_files(
             .iter()
             .filter_map(|c| c.max_label)
             .max()
-            .map_or(1, |m| m + 1),
+            .map_or(1, |m| m.saturating_add(1)),
         mean_sample_bytes: Some(bytes / total),
     };
     let set = TfRecordSet {
