@@ -32,8 +32,9 @@ pub struct MemoryBudget {
     /// a sample; see [`accept_jpeg_warnings`](crate::LoaderBuilder::accept_jpeg_warnings)), and
     /// with a cache that fills, a bit a sample of which records are present.
     pub index_bytes: u64,
-    /// `u8` samples in flight between decode and batcher: the reorder window and one batch's
-    /// samples waiting to be normalized.
+    /// `u8` samples in flight between decode and batcher: the reorder window, and where the
+    /// batcher collects a batch's samples before it writes them (a device loader, or `u8`
+    /// NCHW batches), one batch's samples.
     pub in_flight_bytes: u64,
     /// The shuffle: each epoch's order is computed position by position and holds no sample;
     /// a source read as streams (tar, TFRecord, parquet) keeps a table of its streams, 32
@@ -44,7 +45,8 @@ pub struct MemoryBudget {
     /// source whose sampled images need more), the buffers it keeps between images, and the
     /// resize's intermediate image and filter taps.
     pub decode_scratch_bytes: u64,
-    /// The loader's threads (decode threads, the batcher, and the readahead or fetch thread):
+    /// The loader's threads (decode threads, the batcher, the readahead or fetch thread, and
+    /// the normalize thread where batches are normalized one ahead of the consumer):
     /// 2 MiB each for the stack pages a thread touches and what the allocator keeps for it
     /// (free memory it has not returned to the system yet).
     pub thread_bytes: u64,
@@ -61,10 +63,15 @@ pub struct MemoryBudget {
     /// plus one file, the most one image at `max_pixels` can take. Counted in the worst case
     /// only. Lower `max_pixels` to lower it.
     pub large_image_bytes: u64,
-    /// Batches: the prefetch queue, the one being filled, one spare in the pool and the one the
-    /// consumer holds (and one the batcher holds back for an unsharded loader that skips
-    /// samples and drops the epoch's remainder); for a GPU, also `prefetch + 2` pinned staging buffers of one batch each
-    /// (`u8` when the GPU normalizes).
+    /// Batches. On the host, for every dtype but `u8`, batches wait in the prefetch queue as
+    /// `u8` and are normalized one batch ahead of the consumer: `prefetch + 1` `u8` batches
+    /// (`prefetch - 1` in the queue, the one being filled, the one being normalized) and 3 in
+    /// the output dtype (the next one, ready, the consumer's, and a spare for a consumer that
+    /// keeps the previous batch while it asks for the next). Otherwise `prefetch + 3` batches in the output dtype (the queue's,
+    /// the one being filled, the consumer's, the spare). Both: one more the batcher holds back
+    /// for an unsharded loader that skips samples and drops the epoch's remainder. For a GPU,
+    /// also `prefetch + 2` pinned staging buffers of one batch each (`u8` when the GPU
+    /// normalizes).
     pub batch_bytes: u64,
     /// Encoded bytes fetched ahead of the decoders, for tar shards and object storage (0 for
     /// local files, which each decode thread reads itself): the fetch stage's byte bound, or
@@ -151,7 +158,11 @@ impl MemoryBudget {
                 // map read 64 KiB at a time.
                 .saturating_add(cfg.cache.index_bytes(n)),
             in_flight_bytes: ((cfg.tuning.reorder_window() as u64)
-                .saturating_add(cfg.output.batch_size as u64)
+                .saturating_add(if cfg.batcher_writes_through() {
+                    0
+                } else {
+                    cfg.output.batch_size as u64
+                })
                 .saturating_add(2))
             .saturating_mul(sample),
             shuffle_buffer_bytes: order,
@@ -160,14 +171,19 @@ impl MemoryBudget {
                 sample,
                 cfg.cache_base_side(),
             )),
-            thread_bytes: threads.saturating_add(2).saturating_mul(THREAD_BYTES),
+            thread_bytes: threads
+                .saturating_add(2 + u64::from(cfg.defers_normalize()))
+                .saturating_mul(THREAD_BYTES),
             decode_share_bytes: share,
             large_shared_bytes: share.max(LARGE_SHARED_BYTES),
             large_image_bytes: cfg.decode.large_image_bytes(),
-            batch_bytes: (cfg.tuning.max_prefetch() as u64)
-                .saturating_add(3 + cfg.held_batches() as u64)
-                .saturating_mul(batch)
-                .saturating_add(pinned_bytes(cfg)),
+            batch_bytes: {
+                let (u8_batches, batches) = cfg.host_batches();
+                (u8_batches as u64)
+                    .saturating_mul(cfg.output.u8_batch_bytes())
+                    .saturating_add((batches as u64).saturating_mul(batch))
+                    .saturating_add(pinned_bytes(cfg))
+            },
             fetch_bytes: fetch_typical.saturating_add(reader),
             fetch_reserve_bytes: fetch_bound - fetch_typical,
         }

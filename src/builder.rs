@@ -675,6 +675,13 @@ mod tests {
         let half = LoaderBuilder::new(source())
             .dtype(Dtype::F16)
             .memory_budget();
-        assert!(half.batch_bytes < base.batch_bytes * 6 / 10);
+        // The three batches in the output dtype (the ready one, the consumer's, the spare)
+        // halve; the `u8` ones of the queue stay.
+        let elems = 64 * 160 * 160 * 3;
+        assert_eq!(base.batch_bytes - half.batch_bytes, 3 * elems * 2);
+        let u8_batches = LoaderBuilder::new(source())
+            .dtype(Dtype::U8)
+            .memory_budget();
+        assert!(u8_batches.batch_bytes < half.batch_bytes);
     }
 }

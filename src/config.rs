@@ -134,6 +134,41 @@ impl Config {
         }
     }
 
+    /// Whether a host loader's batches wait in the prefetch queue as `u8` and are normalized
+    /// one batch ahead of the consumer (every dtype but `u8`; `pipeline/normalize_loop.rs`).
+    pub(crate) fn defers_normalize(&self) -> bool {
+        self.device.device == crate::prefetch::Device::Host
+            && !self.device.simulate_device
+            && self.output.dtype != Dtype::U8
+    }
+
+    /// Whether the batcher copies each `u8` sample into its batch as it comes, instead of
+    /// holding a batch's samples until the batch is full: host batches that are `u8` NHWC in
+    /// the batcher (every dtype but `u8` NCHW).
+    pub(crate) fn batcher_writes_through(&self) -> bool {
+        self.device.device == crate::prefetch::Device::Host
+            && !self.device.simulate_device
+            && (self.output.dtype != Dtype::U8 || self.output.layout == Layout::Nhwc)
+    }
+
+    /// The host batch buffers a loader keeps, as `(u8 batches, batches in the output dtype)`.
+    ///
+    /// Normalizing in the batcher: `prefetch + 3` output batches (the queue's, the one being
+    /// filled, the one the consumer holds, and a spare for a consumer that keeps the previous
+    /// batch while it asks for the next), plus one held back (`held_batches`). Deferring the
+    /// normalization, the `prefetch` batches ready ahead of the consumer are the normalized one
+    /// waiting for it and `prefetch - 1` `u8` ones in the queue: `prefetch + 1` `u8` batches
+    /// (the queue's, the one being filled, the one being normalized) plus the one held back,
+    /// and 3 output batches (the next one, the consumer's, and the spare).
+    pub(crate) fn host_batches(&self) -> (usize, usize) {
+        let queue = self.tuning.max_prefetch() + self.held_batches();
+        if self.defers_normalize() {
+            (queue + 1, 3)
+        } else {
+            (0, queue + 3)
+        }
+    }
+
     /// Slots of a device loader's ring: one per batch in the (deepest) prefetch queue, one
     /// being filled, one held by the consumer (see `prefetch/mod.rs`).
     pub(crate) fn device_slots(&self) -> usize {

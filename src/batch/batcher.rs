@@ -10,10 +10,16 @@ use crate::prefetch::{BatchParts, Staged};
 /// batcher has fallen behind the decode threads (a cached epoch), so that the output
 /// bandwidth (307 kB an image in f32) is not one thread's. While decoding keeps every core
 /// busy, the batcher writes alone: waking the pool then only takes cores from the decoders.
+///
+/// A batcher that *writes through* (host `u8` NHWC batches: a copy, no device slot) copies
+/// each sample into the batch buffer as it arrives and hands its buffer back at once, so a
+/// batch's samples are not held twice.
 pub(crate) struct Batcher {
     format: BatchFormat,
     normalizer: Normalizer,
     pending: Vec<Vec<u8>>,
+    /// Writing through: the batch being filled, and its samples so far.
+    through: Option<(Option<BatchParts>, usize)>,
     labels: Vec<u32>,
     indices: Vec<u64>,
     padded: Vec<bool>,
@@ -27,11 +33,13 @@ impl Batcher {
         format: BatchFormat,
         normalizer: Normalizer,
         pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+        write_through: bool,
     ) -> Self {
         Batcher {
             format,
             normalizer,
-            pending: Vec::with_capacity(format.batch_size),
+            pending: Vec::with_capacity(if write_through { 0 } else { format.batch_size }),
+            through: write_through.then_some((None, 0)),
             labels: Vec::with_capacity(format.batch_size),
             indices: Vec::with_capacity(format.batch_size),
             padded: Vec::with_capacity(format.batch_size),
@@ -54,12 +62,25 @@ impl Batcher {
         pixels: Vec<u8>,
         (label, index, padded): (u32, u64, bool),
         fresh: impl FnOnce() -> BatchParts,
-        recycle: impl FnMut(Vec<u8>),
+        mut recycle: impl FnMut(Vec<u8>),
     ) -> Option<BatchParts> {
-        self.pending.push(pixels);
         self.labels.push(label);
         self.indices.push(index);
         self.padded.push(padded);
+        if let Some((current, written)) = &mut self.through {
+            let parts = current.get_or_insert_with(fresh);
+            self.normalizer.write(&pixels, &mut parts.storage, *written);
+            *written += 1;
+            recycle(pixels);
+            if *written < self.format.batch_size {
+                return None;
+            }
+            *written = 0;
+            let mut parts = current.take()?;
+            self.take_meta(&mut parts);
+            return Some(parts);
+        }
+        self.pending.push(pixels);
         (self.pending.len() == self.format.batch_size).then(|| self.flush(fresh, recycle))
     }
 
@@ -69,7 +90,24 @@ impl Batcher {
         fresh: impl FnOnce() -> BatchParts,
         recycle: impl FnMut(Vec<u8>),
     ) -> Option<BatchParts> {
+        if let Some((current, written)) = &mut self.through {
+            *written = 0;
+            let mut parts = current.take()?;
+            self.take_meta(&mut parts);
+            return Some(parts);
+        }
         (!self.pending.is_empty()).then(|| self.flush(fresh, recycle))
+    }
+
+    /// Moves the batch's labels, indices and padding flags into `parts`.
+    fn take_meta(&mut self, parts: &mut BatchParts) {
+        parts.labels.clear();
+        parts.labels.append(&mut self.labels);
+        parts.indices.clear();
+        parts.indices.append(&mut self.indices);
+        parts.padded.clear();
+        parts.padded.append(&mut self.padded);
+        parts.skipped.clear();
     }
 
     fn flush(
@@ -78,13 +116,7 @@ impl Batcher {
         mut recycle: impl FnMut(Vec<u8>),
     ) -> BatchParts {
         let mut parts = fresh();
-        parts.labels.clear();
-        parts.labels.extend_from_slice(&self.labels);
-        parts.indices.clear();
-        parts.indices.extend_from_slice(&self.indices);
-        parts.padded.clear();
-        parts.padded.extend_from_slice(&self.padded);
-        parts.skipped.clear();
+        self.take_meta(&mut parts);
         let norm = &self.normalizer;
         let samples = &self.pending;
         // A device that normalizes takes the u8 samples, copied into its (pinned) buffer.
@@ -111,9 +143,6 @@ impl Batcher {
         for px in self.pending.drain(..) {
             recycle(px);
         }
-        self.labels.clear();
-        self.indices.clear();
-        self.padded.clear();
         parts
     }
 }

@@ -119,6 +119,12 @@ impl OutputSettings {
         self.batch_size.saturating_mul(self.sample_len())
     }
 
+    /// The memory of one host batch of `u8` images (waiting to be normalized), its labels and
+    /// indices.
+    pub(crate) fn u8_batch_bytes(&self) -> u64 {
+        (self.batch_elems() as u64).saturating_add((self.batch_size as u64).saturating_mul(4 + 8))
+    }
+
     /// The memory of one host batch: its images in the output dtype, its labels and indices.
     pub(crate) fn batch_bytes(&self) -> u64 {
         (self.batch_elems() as u64)

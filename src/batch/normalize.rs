@@ -268,23 +268,50 @@ impl Normalizer {
         let Some(n) = samples.first().map(Vec::len) else {
             return;
         };
+        self.write_par(samples.par_iter().map(Vec::as_slice), n, out);
+    }
+
+    /// Writes the `count` samples of `len` bytes each that `pixels` holds back to back into a
+    /// batch buffer, in parallel on the current rayon pool.
+    pub(crate) fn write_batch_par(
+        &self,
+        pixels: &[u8],
+        len: usize,
+        count: usize,
+        out: &mut BatchStorage,
+    ) {
+        use rayon::prelude::*;
+        if len == 0 {
+            return;
+        }
+        let used = (len * count).min(pixels.len());
+        self.write_par(pixels[..used].par_chunks_exact(len), len, out);
+    }
+
+    fn write_par<'a>(
+        &self,
+        samples: impl rayon::iter::IndexedParallelIterator<Item = &'a [u8]>,
+        n: usize,
+        out: &mut BatchStorage,
+    ) {
+        use rayon::prelude::*;
         let used = n * samples.len();
         match out {
             BatchStorage::F32(v) => v[..used]
                 .par_chunks_mut(n)
-                .zip(samples.par_iter())
+                .zip(samples)
                 .for_each(|(o, s)| self.write_f32(s, o)),
             BatchStorage::F16(v) => v[..used]
                 .par_chunks_mut(n)
-                .zip(samples.par_iter())
+                .zip(samples)
                 .for_each(|(o, s)| self.write_lut(s, o, &self.lut_f16)),
             BatchStorage::Bf16(v) => v[..used]
                 .par_chunks_mut(n)
-                .zip(samples.par_iter())
+                .zip(samples)
                 .for_each(|(o, s)| self.write_lut(s, o, &self.lut_bf16)),
             BatchStorage::U8(v) => v[..used]
                 .par_chunks_mut(n)
-                .zip(samples.par_iter())
+                .zip(samples)
                 .for_each(|(o, s)| self.write_u8(s, o)),
         }
     }

@@ -185,7 +185,10 @@ impl Sink<'_> {
         // Autotune may allow fewer ready batches than the queue holds. (Without it the
         // queue's own bound applies: `send` blocks.)
         let window = &self.epoch.window;
-        while self.job.autotune && self.out.len() >= window.prefetch.load(Ordering::Relaxed) {
+        // Deferring the normalization, the normalize thread's batch is one of them.
+        let ready = |prefetch: usize| (prefetch - usize::from(self.job.deferred)).max(1);
+        while self.job.autotune && self.out.len() >= ready(window.prefetch.load(Ordering::Relaxed))
+        {
             if window.is_cancelled() {
                 return false;
             }
@@ -258,14 +261,15 @@ pub(super) fn batch_loop(
     rx: &HandoffReceiver,
     out: &Sender<Result<Batch, Error>>,
 ) {
-    let format = job.output.format();
+    let format = job.batch_format();
     let mut sink = Sink {
         epoch,
         job,
         batcher: Batcher::new(
             format,
-            Normalizer::new(job.output.mean, job.output.std, job.output.layout),
+            Normalizer::new(job.output.mean, job.output.std, format.layout),
             job.normalize_pool.clone(),
+            job.writes_through(),
         ),
         format,
         // Room for every batch in circulation (queue, consumer, batcher), so a returned batch

@@ -60,8 +60,8 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::batch::Batch;
 use crate::batch::OutputSettings;
+use crate::batch::{Batch, BatchFormat, Dtype, Layout, Normalizer};
 use crate::cache::{Cache, EpochCache};
 use crate::config::Config;
 use crate::decode::DecodeSettings;
@@ -77,6 +77,7 @@ mod batch_loop;
 mod decode_loop;
 mod fetch;
 mod handoff;
+mod normalize_loop;
 mod plan;
 mod readahead;
 mod window;
@@ -85,6 +86,7 @@ use batch_loop::batch_loop;
 use decode_loop::decode_loop;
 use fetch::{fetch_loop, ByteBudget, Fetched};
 use handoff::handoff;
+use normalize_loop::{normalize_loop, NormalizeJob};
 #[cfg(feature = "__testing")]
 pub(crate) use plan::global_order;
 pub(crate) use plan::{end_position, plan_len, resplit, split_len, Plan, Split};
@@ -150,6 +152,8 @@ pub(crate) struct BatchJob {
     normalize_pool: Option<Arc<rayon::ThreadPool>>,
     /// Where full batches go: host memory or a device's slot ring.
     staging: Staging,
+    /// Whether the batches go to the normalize thread as `u8` (`normalize_loop.rs`).
+    deferred: bool,
     /// Plan positions already delivered before this run (resumption).
     offset: usize,
     /// The position the run's last batch records (`plan::end_position`).
@@ -161,13 +165,38 @@ pub(crate) struct BatchJob {
     batch_pool: (Sender<BatchParts>, Receiver<BatchParts>),
 }
 
+impl BatchJob {
+    /// The batches the batcher writes: the loader's, or `u8` NHWC ones for the normalize
+    /// thread.
+    pub(crate) fn batch_format(&self) -> BatchFormat {
+        let mut format = self.output.format();
+        if self.deferred {
+            format.dtype = Dtype::U8;
+            format.layout = Layout::Nhwc;
+        }
+        format
+    }
+
+    /// Whether the batcher copies each sample into its batch as it comes (see `Batcher`):
+    /// host `u8` NHWC batches.
+    pub(crate) fn writes_through(&self) -> bool {
+        let format = self.batch_format();
+        matches!(self.staging, Staging::Host)
+            && format.dtype == Dtype::U8
+            && format.layout == Layout::Nhwc
+    }
+}
+
 /// Buffers recycled across all epochs of a loader: `u8` sample buffers and batch buffers.
 /// Keeping them in the loader (instead of one set per epoch) means later epochs allocate
 /// nothing, and the process's memory stays flat over many epochs.
 #[derive(Debug, Clone)]
 pub(crate) struct Pools {
     samples: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    /// The batcher's batch buffers (`u8` ones when a normalize thread follows).
     batches: (Sender<BatchParts>, Receiver<BatchParts>),
+    /// The normalize thread's batch buffers, in the output dtype.
+    normalized: (Sender<BatchParts>, Receiver<BatchParts>),
     /// Per-thread decoders (buffers, libjpeg-turbo handles) between epochs.
     decoders: Arc<Mutex<Vec<Decoder>>>,
     /// The readahead thread, kept between epochs.
@@ -189,6 +218,7 @@ impl Pools {
             // batch is never freed and a new one never allocated in steady state: the
             // `prefetch + 3` batches of the memory budget.
             batches: bounded(cfg.tuning.max_prefetch() + 3 + cfg.held_batches()),
+            normalized: bounded(cfg.host_batches().1),
             decoders: Arc::new(Mutex::new(Vec::new())),
             readahead: Arc::new(readahead::Worker::default()),
             batches_filled: Arc::new(std::sync::Once::new()),
@@ -198,27 +228,39 @@ impl Pools {
         }
     }
 
-    /// Puts the budget's `prefetch + 3` host batch buffers in the pool when the first epoch
-    /// starts: the queue's, the one being filled, the one the consumer holds and a spare. The
-    /// batcher takes them in turn (the pool is first in, first out), so all of them are in use
-    /// within the first batches and the loader's memory is at its steady size from the first
-    /// epoch on. Made on demand instead, they came one by one whenever a slow step let the
-    /// queue fill (and one more than the pool held was freed, which moved glibc's mmap
-    /// threshold up), and the peak RSS rose over the first epochs (c5k: by 20 to 30 MB).
-    /// (Unwritten, the buffers cost address space only.) A device loader, whose host storage
-    /// depends on where it normalizes, makes its own on demand.
-    fn fill_batches(&self, cfg: &Config, staging: &Staging) {
+    /// Puts the budget's host batch buffers in the pools when the first epoch starts (see
+    /// `Config::host_batches`; the output dtype's spare is made only for a consumer that keeps
+    /// a batch while asking for the next). The batcher takes them in turn (the pool is first
+    /// in, first out), so all of them are in use within the first batches and the loader's
+    /// memory is at its steady size from the first epoch on. Made on demand instead, they
+    /// came one by one whenever a slow step let the queue fill (and one more than the pool
+    /// held was freed, which moved glibc's mmap threshold up), and the peak RSS rose over the
+    /// first epochs (c5k: by 20 to 30 MB). (Unwritten, the buffers cost address space only.)
+    /// A device loader, whose host storage depends on where it normalizes, makes its own on
+    /// demand.
+    fn fill_batches(&self, cfg: &Config, staging: &Staging, deferred: bool) {
         if !matches!(staging, Staging::Host | Staging::Simulated(_)) {
             return;
         }
         self.batches_filled.call_once(|| {
             let format = cfg.output.format();
-            for _ in 0..cfg.tuning.prefetch + 3 + cfg.held_batches() {
-                let parts =
-                    BatchParts::new(format.dtype, format.batch_size, cfg.output.sample_len());
-                if self.batches.0.try_send(parts).is_err() {
-                    break;
+            let len = cfg.output.sample_len();
+            let queue = cfg.tuning.prefetch + cfg.held_batches();
+            let fill = |pool: &Sender<BatchParts>, n: usize, dtype: Dtype| {
+                for _ in 0..n {
+                    if pool
+                        .try_send(BatchParts::new(dtype, format.batch_size, len))
+                        .is_err()
+                    {
+                        break;
+                    }
                 }
+            };
+            if deferred {
+                fill(&self.batches.0, queue + 1, Dtype::U8);
+                fill(&self.normalized.0, 2, format.dtype);
+            } else {
+                fill(&self.batches.0, queue + 3, format.dtype);
             }
         });
     }
@@ -294,7 +336,14 @@ pub(crate) fn start(
     ));
     let mode_code = cache_mode.stats_code();
     stats.reset(epoch, threads, knobs.prefetch, mode_code);
-    pools.fill_batches(&cfg, &staging);
+    let deferred = cfg.defers_normalize() && matches!(staging, Staging::Host);
+    pools.fill_batches(&cfg, &staging, deferred);
+    let normalize = deferred.then(|| NormalizeJob {
+        format: cfg.output.format(),
+        normalizer: Normalizer::new(cfg.output.mean, cfg.output.std, cfg.output.layout),
+        pool: pools.normalized.clone(),
+        normalize_pool: normalize_pool.clone(),
+    });
     let cache_bytes = cache.as_ref().and_then(|c| c.size_on_disk());
     stats.cache_bytes_plus_one.store(
         cache_bytes.map_or(0, |b| b + 1),
@@ -332,6 +381,7 @@ pub(crate) fn start(
             autotune: cfg.tuning.autotune,
             normalize_pool,
             staging,
+            deferred,
             offset,
             end_position,
             cache,
@@ -342,9 +392,18 @@ pub(crate) fn start(
     // The window bounds what is in flight, so the ring never overflows.
     let (loaded_tx, loaded_rx) =
         handoff(window_size, shared.epoch.plan.len(), cfg.output.batch_size);
-    // The prefetch queue: ready batches ahead of the consumer.
-    let (batch_tx, batch_rx) = bounded(queue);
-    let mut handles = Vec::with_capacity(spawned_threads + 2);
+    // The prefetch queue: ready batches ahead of the consumer (deferring the normalization,
+    // the normalize thread's ready batch, handed over as the consumer asks for it, and
+    // `prefetch - 1` `u8` ones).
+    let (batch_tx, batch_rx) = bounded(queue - usize::from(deferred));
+    let (batch_rx, normalize_rx, out_rx) = match normalize {
+        Some(job) => {
+            let (out_tx, out_rx) = bounded(0);
+            (Some((job, out_tx)), Some(batch_rx), out_rx)
+        }
+        None => (None, None, batch_rx),
+    };
+    let mut handles = Vec::with_capacity(spawned_threads + 3);
     let mut hints = None;
     // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
     let fetch = shared.epoch.source.backing.byte_bound().map(|bound| {
@@ -373,6 +432,14 @@ pub(crate) fn start(
                 .map_err(Error::spawn)?;
             handles.push(("decode", h));
         }
+        if let (Some((job, out)), Some(rx)) = (batch_rx, normalize_rx) {
+            let shared = shared.clone();
+            let h = std::thread::Builder::new()
+                .name("imagefeed-normalize".into())
+                .spawn(move || normalize_loop(&shared.epoch, &job, &rx, &out))
+                .map_err(Error::spawn)?;
+            handles.push(("normalize", h));
+        }
         let shared = shared.clone();
         let h = std::thread::Builder::new()
             .name("imagefeed-batch".into())
@@ -395,7 +462,7 @@ pub(crate) fn start(
         return Err(e);
     }
     Ok(Running {
-        rx: batch_rx,
+        rx: out_rx,
         handles,
         hints,
         window,
