@@ -202,8 +202,10 @@ impl LoaderBuilder {
         self
     }
 
-    /// Ready batches queued ahead of the consumer (default 2, at least 1). Memory: one batch
-    /// each. At most 1024.
+    /// Ready batches queued ahead of the consumer (default 2, at least 1). At most 1024.
+    /// Memory: on the host, for every dtype but `u8`, the next batch waits normalized and the
+    /// others as `u8` (a quarter of an `f32` batch each), normalized one at a time as the
+    /// consumer takes them; otherwise one batch each in the output dtype.
     pub fn prefetch(mut self, batches: usize) -> Self {
         self.cfg.tuning.prefetch = batches;
         self

@@ -2,15 +2,17 @@
 //! shutdown order. No other module knows the topology.
 //!
 //! ```text
-//!  plan (seeded permutation of indices)
+//!  plan (position-addressable order of indices)
 //!     │ claimed in order, at most `window` ahead of the batcher
 //!     ▼
-//!  decode ×T ──(seq, idx, u8 sample)──▶ batcher ──Batch──▶ prefetch queue ──▶ consumer
-//!  threads      bounded(window)          thread    bounded(prefetch)          (Batches::next)
-//!     ▲                                    │ reorder ring → shuffle buffer → Batcher
-//!     └──────── sample buffers ◀───────────┘          batch buffers ◀── Batch::drop
-//!               bounded(window + shuffle + 2)         bounded(1)
+//!  decode ×T ──(seq, idx, u8 sample)──▶ batcher ──u8 Batch──▶ prefetch queue ──▶ normalize ──▶ consumer
+//!  threads      bounded(window)          thread              bounded(prefetch-1)   thread   rendezvous
+//!     ▲                                    │ reorder ring → u8 batch buffer                (Batches::next)
+//!     └──────── sample buffers ◀───────────┘       u8 buffers ◀── drop      output buffers ◀── Batch::drop
 //! ```
+//!
+//! (A `u8` loader, or a device loader, has no normalize thread: the batcher writes the batch in
+//! its final form and the prefetch queue holds `prefetch` of them.)
 //!
 //! This file starts the threads and joins them; each runs a loop in a file of its own, and
 //! they meet at the [`Window`] (`window.rs`), which hands out the positions of the epoch's plan
@@ -37,19 +39,23 @@
 //!   sample buffer and send it, tagged with its position, to the batcher. A panic while loading
 //!   a sample is caught and becomes an error naming the sample.
 //! - **The batcher** (`imagefeed-batch`) puts samples back in plan order through a ring of
-//!   `window` slots, so the output never depends on thread timing; applies the error policy;
-//!   passes samples through the seeded shuffle buffer; and writes each, normalized once, into
-//!   a batch buffer. Full batches go to the prefetch queue.
+//!   `window` slots, so the output never depends on thread timing; applies the error policy
+//!   (`batch_loop.rs`); and writes each sample into a batch buffer as it comes (`u8`), or
+//!   normalized once when the batch is full (a device loader). Full batches go to the
+//!   prefetch queue.
+//! - **Normalize** (`imagefeed-normalize`, `normalize_loop.rs`; host loaders whose dtype is not
+//!   `u8`) takes the next `u8` batch, normalizes it into the output dtype and waits to hand it
+//!   over: batches wait as `u8` (a quarter of `f32`'s bytes), and the consumer still finds the
+//!   next one ready.
 //! - **Device staging** ([`Staging`], `prefetch/`): for a GPU loader the batch buffer is a slot
 //!   of the device ring (`prefetch + 2` slots): the batcher waits for a free slot (polling the
 //!   window's cancel flag, so a drop never hangs), copies the `u8` samples into its pinned
 //!   buffer, and queues the copy to the GPU before sending the batch. The `Batch` returns the
 //!   slot when dropped. `prefetch/mod.rs` has the two fences that guard reuse.
-//! - **Memory**: `window + shuffle_buffer + 2` samples (the shuffle buffer holds samples only
-//!   for tar shards; for random-access sources it reorders the plan's indices), `prefetch + 3`
-//!   batches (queue, one being filled, one spare, one held by the consumer), per-thread decode
-//!   buffers and one large image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them
-//!   up.
+//! - **Memory**: `window + 2` samples (plus one batch's for a device loader), the batches of
+//!   `Config::host_batches` (with a normalize thread: `prefetch + 1` `u8` ones and 3 in the
+//!   output dtype), per-thread decode buffers, the fetch stage's byte bound and one large
+//!   image at a time: [`MemoryBudget`](crate::MemoryBudget) adds them up.
 //! - **Shutdown**: dropping [`Batches`](crate::Batches) cancels the window (waking waiting
 //!   decoders) and drops the prefetch receiver (failing the batcher's send); decoders see the
 //!   cancel or a closed channel and return; then every thread is joined. A closed channel means
