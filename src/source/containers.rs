@@ -49,7 +49,18 @@ pub(crate) fn open_file(path: &Path) -> Option<Result<Source, Error>> {
 /// images), or two sets of shards (`train-*-of-00004` and `test-*-of-00001`), is an error
 /// naming them: reading all would mix them without a word.
 pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
-    let parquet = parquet_files_in(dir)?;
+    let mut parquet = parquet_files_in(dir)?;
+    let tars = shards::tar_files_in(dir)?;
+    if !parquet.is_empty() && beside_their_tars(&parquet, &tars) {
+        // img2dataset's layout: the tar shards are the dataset.
+        log::info!(
+            "{}: reading the tar shards; the parquet files beside them ({}, ...) are their \
+             metadata, as img2dataset writes it",
+            dir.display(),
+            file_name(&parquet[0])
+        );
+        parquet.clear();
+    }
     let records = tfrecord::files_in(dir)?;
     let (kind, files) = match (parquet.is_empty(), records.is_empty()) {
         (true, true) => return Ok(None),
@@ -63,7 +74,7 @@ pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
             ))
         }
     };
-    if let Some(tar) = shards::tar_files_in(dir)?.first() {
+    if let Some(tar) = tars.first() {
         return Err(both(
             dir,
             (&format!("{kind} files"), &files[0]),
@@ -93,6 +104,20 @@ pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
     } else {
         Source::from_tfrecords(&files)?
     }))
+}
+
+/// True when every parquet file has a tar shard of the same stem beside it (`00000.parquet`
+/// beside `00000.tar`): img2dataset writes the samples' metadata so, next to the shards.
+pub(crate) fn beside_their_tars<P: AsRef<Path>>(parquet: &[P], tars: &[P]) -> bool {
+    let stem = |p: &P| {
+        let name = p.as_ref().file_name().unwrap_or_default().to_string_lossy();
+        name.rsplit_once('.').map(|(s, _)| s.to_string())
+    };
+    let tar_stems: std::collections::HashSet<String> = tars.iter().filter_map(stem).collect();
+    !tar_stems.is_empty()
+        && parquet
+            .iter()
+            .all(|p| stem(p).is_some_and(|s| tar_stems.contains(&s)))
 }
 
 fn file_name(p: &Path) -> String {

@@ -125,11 +125,23 @@ pub(crate) fn open_remote(
     }
     let visible = |o: &&Listed| !o.key.split('/').any(|c| c.starts_with('.'));
     let tars: Vec<_> = listed.iter().filter(|o| is_tar_name(&o.key)).collect();
-    let parquet: Vec<&Listed> = listed
+    let mut parquet: Vec<&Listed> = listed
         .iter()
         .filter(visible)
         .filter(|o| container_name(&o.key) == Some(Container::Parquet))
         .collect();
+    let keys = |v: &[&Listed]| v.iter().map(|o| PathBuf::from(&o.key)).collect::<Vec<_>>();
+    if !parquet.is_empty()
+        && crate::source::containers::beside_their_tars(&keys(&parquet), &keys(&tars))
+    {
+        // img2dataset's layout: the tar shards are the dataset.
+        log::info!(
+            "{url}: reading the tar shards; the parquet files beside them ({}, ...) are their \
+             metadata, as img2dataset writes it",
+            parquet[0].key
+        );
+        parquet.clear();
+    }
     let records = tfrecord_objects(&store, &key, &listed)?;
     let kinds = [
         ("tar shards", tars.first().copied()),

@@ -201,6 +201,7 @@ fn bench_indices_out_and_resume_from_the_command_line() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8(out.stdout).unwrap()
     };
     let read = |name: &str| -> Vec<u64> {
         std::fs::read_to_string(dir.path().join(name))
@@ -211,7 +212,7 @@ fn bench_indices_out_and_resume_from_the_command_line() {
     };
     let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     run(&["--epochs", "2", "--indices-out", &p("all.txt")]);
-    run(&[
+    let stopped = run(&[
         "--epochs",
         "2",
         "--max-batches",
@@ -229,6 +230,11 @@ fn bench_indices_out_and_resume_from_the_command_line() {
         "--indices-out",
         &p("b.txt"),
     ]);
+    // The epoch stopped is reported, as far as it went.
+    let report: serde_json::Value = serde_json::from_str(stopped.trim()).unwrap();
+    assert_eq!(report["stopped"], true);
+    assert_eq!(report["images"], 37);
+    assert!(report["open_seconds"].as_f64().unwrap() >= 0.0);
     let all = read("all.txt");
     assert_eq!(all.len(), 128);
     let mut joined = read("a.txt");

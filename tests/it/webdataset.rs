@@ -960,3 +960,35 @@ fn long_member_names_are_read_and_their_headers_bounded() {
         "{msg}"
     );
 }
+
+#[test]
+fn img2dataset_output_opens_as_its_tar_shards() {
+    // img2dataset writes, per shard, 00000.tar with the samples and 00000.parquet and
+    // 00000_stats.json with their metadata: the parquet files hold no image.
+    let jpg = std::fs::read(crate::common::testdata("photos/photo_0.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for shard in ["00000", "00001"] {
+        write(
+            d,
+            &format!("{shard}.tar"),
+            &tar_of(&[
+                (&format!("{shard}0001.jpg"), &jpg),
+                (&format!("{shard}0001.txt"), b"a cat"),
+                (&format!("{shard}0001.json"), b"{}"),
+            ]),
+        );
+        write(d, &format!("{shard}.parquet"), b"PAR1 metadata PAR1");
+        write(d, &format!("{shard}_stats.json"), b"{}");
+    }
+    let source = Source::open(d).unwrap();
+    assert_eq!(source.len(), 2);
+    assert_eq!(source.kind(), SourceKind::TarShards);
+    // A parquet file without its tar is a dataset of its own beside the shards.
+    write(d, "other.parquet", b"PAR1");
+    let e = Source::open(d).unwrap_err().to_string();
+    assert!(
+        e.contains("holds both parquet files") && e.contains("tar shards"),
+        "{e}"
+    );
+}

@@ -112,8 +112,8 @@ pub(crate) struct BenchArgs {
     /// the ranks' shares) is written `INDEX padded`.
     #[arg(long)]
     pub(crate) indices_out: Option<PathBuf>,
-    /// Stop after this many batches (of the first epoch run) and write the loader state to
-    /// --state-out.
+    /// Stop after this many batches (of the first epoch run), report that epoch so far (with
+    /// `"stopped": true` in --json) and write the loader state to --state-out.
     #[arg(long)]
     pub(crate) max_batches: Option<u64>,
     /// Where --max-batches writes the loader state (one line).

@@ -183,7 +183,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         replaceable(p, Output::State)?;
     }
 
+    let opening = std::time::Instant::now();
     let source = Source::open(&a.source)?;
+    let open_seconds = opening.elapsed().as_secs_f64();
     if a.max_skipped.is_some() && matches!(a.on_error, OnErrorArg::Fail) {
         eprintln!(
             "imagefeed: warning: --max-skipped applies with --on-error skip only; ignored (with \
@@ -304,6 +306,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             _ => loader.epoch(epoch),
         };
         let mut delivered = 0u64;
+        let mut stopped = false;
         let mut device_wait = std::time::Duration::ZERO;
         while let Some(batch) = batches.next() {
             let batch = batch?;
@@ -326,11 +329,8 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
                         .map_err(|e| format!("{}: {e}", p.display()))?;
                 }
                 eprintln!("imagefeed: stopped after {delivered} batches; state: {state}");
-                drop(batches);
-                if let Some(out) = indices_out.as_mut() {
-                    out.flush()?;
-                }
-                return Ok(reports);
+                stopped = true;
+                break;
             }
             // Touch the batch as a training step would read it.
             checksum += f64::from(
@@ -351,6 +351,8 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         let peak_anon = sampler.stop();
         let mut report = serde_json::json!({
             "epoch": epoch,
+            "stopped": stopped,
+            "open_seconds": open_seconds,
             "images": s.images,
             "skipped": s.skipped,
             "padded": s.padded,
@@ -425,6 +427,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             }
         }
         reports.push(report);
+        if stopped {
+            break;
+        }
     }
     if let Some(out) = indices_out.as_mut() {
         out.flush()?;
