@@ -465,6 +465,13 @@ impl LoaderBuilder {
                 }
             );
         }
+        if let (Some(units), true) = (self.source.backing.units(), cfg.shuffle.enabled) {
+            if let Some(why) =
+                crate::shuffle::sorted_by_class(units, cfg.shuffle.block(), cfg.output.batch_size)
+            {
+                log::warn!("{}: {why}", self.source.index.origin.display());
+            }
+        }
         let budget = MemoryBudget::compute(cfg, &self.source);
         // Without a limit of the user's, the machine's (or container's) memory is the limit:
         // settings that could never fit fail here, not in the out-of-memory killer.

@@ -302,7 +302,7 @@ impl Loader {
     }
 
     /// The loader's settings.
-    #[cfg(feature = "__testing")]
+    #[cfg(any(feature = "__testing", feature = "unstable-tools"))]
     pub(crate) fn config(&self) -> &Config {
         &self.cfg
     }

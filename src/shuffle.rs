@@ -361,6 +361,49 @@ impl Order {
     }
 }
 
+/// Whether `units` look sorted by class for a shuffle that mixes blocks of `block` samples
+/// into batches of `batch`: `Some(why)` when each unit holds a small share of the labels and
+/// a block spans too few units for a batch to see half the labels a full shuffle would give it
+/// (the labels' ranges per unit, from opening or a manifest, say so without reading a sample).
+pub(crate) fn sorted_by_class(
+    units: &crate::source::format::units::Units,
+    block: usize,
+    batch: usize,
+) -> Option<String> {
+    let classes = u64::from(units.num_classes);
+    let spans: Vec<(usize, u64)> = units
+        .units
+        .iter()
+        .enumerate()
+        .filter_map(|(k, u)| Some((k, u64::from(u.tally.max_label? - u.tally.min_label?) + 1)))
+        .collect();
+    if classes < 4 || spans.is_empty() {
+        return None;
+    }
+    let mean_span = spans.iter().map(|s| s.1).sum::<u64>() as f64 / spans.len() as f64;
+    if mean_span * 4.0 > classes as f64 {
+        return None; // each unit holds a fair share of the labels
+    }
+    let mean_unit = units.len() as f64 / units.units.len().max(1) as f64;
+    let spanned = (block.max(1) as f64 / mean_unit.max(1.0)).ceil().max(1.0);
+    let reachable = (spanned * mean_span).min(classes as f64);
+    // Distinct labels in a batch drawn at random from evenly spread labels.
+    let c = classes as f64;
+    let full = c * (1.0 - (1.0 - 1.0 / c).powf(batch as f64));
+    if reachable * 2.0 >= full {
+        return None;
+    }
+    let (k, _) = spans[0];
+    let u = &units.units[k];
+    Some(format!(
+        "the shards look sorted by class ({} holds labels {}..={} of 0..{}; a shard holds {mean_span:.0} labels on average): the shuffle mixes blocks of {block} samples, about {spanned:.0} shards, so a batch of {batch} sees at most about {reachable:.0} labels where a full shuffle gives {full:.0}; write shuffled shards (`imagefeed shards SOURCE OUT`), or mix more shards at once with shuffle_buffer(n) (their sample tables, about 100 B a sample, no sample); `imagefeed shuffle-quality` measures it",
+        units.unit_name(k),
+        u.tally.min_label.unwrap_or(0),
+        u.tally.max_label.unwrap_or(0),
+        classes,
+    ))
+}
+
 /// The first position of part `r` of a stream of `n` samples cut in `parts` parts: sizes
 /// `n / parts`, the first `n % parts` one larger (so part `r` has exactly as many samples as
 /// there are positions `q < n` with `q mod parts == r`).
@@ -371,6 +414,67 @@ pub(crate) fn part_start(n: u64, parts: u64, r: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `shards` units of `size` samples, unit `k` holding labels `labels(k)`, over `classes`.
+    fn units_of(
+        shards: u32,
+        size: u32,
+        classes: u32,
+        labels: impl Fn(u32) -> (u32, u32),
+    ) -> crate::source::format::units::Units {
+        use crate::source::format::units::{Tally, Unit, Units};
+        use crate::source::storage::{Located, Place};
+        let units = (0..shards)
+            .map(|k| {
+                let (lo, hi) = labels(k);
+                Unit {
+                    file: std::sync::Arc::new(Located {
+                        place: Place::Memory(std::sync::Arc::from(&[][..])),
+                        path: format!("shard-{k}.tar").into(),
+                        size: 0,
+                        mtime: 0,
+                    }),
+                    first: u64::from(k * size),
+                    count: size,
+                    part: 0,
+                    tally: Tally {
+                        labeled: size,
+                        min_label: Some(lo),
+                        max_label: Some(hi),
+                        image_bytes: 0,
+                    },
+                }
+            })
+            .collect();
+        Units {
+            units,
+            num_classes: classes,
+            mean_sample_bytes: None,
+        }
+    }
+
+    #[test]
+    fn shards_sorted_by_class_are_told_when_a_block_spans_too_few() {
+        // ImageNet written in class order: 1,281 shards of 1,000, about one class each.
+        let sorted = units_of(1281, 1000, 1000, |k| {
+            (k * 1000 / 1281, (k * 1000 / 1281) + 1)
+        });
+        let why = sorted_by_class(&sorted, DEFAULT_BLOCK, 256).expect("sorted shards are told");
+        assert!(
+            why.contains("shard-0.tar holds labels 0..=1 of 0..1000"),
+            "{why}"
+        );
+        // Blocks of 400 shards reach 800 labels: enough.
+        assert!(sorted_by_class(&sorted, 400_000, 256).is_none());
+        // Shards holding every label (shuffled when written) are fine at any block.
+        let mixed = units_of(1281, 1000, 1000, |_| (0, 999));
+        assert!(sorted_by_class(&mixed, 1, 256).is_none());
+        // Few labels: a block of a few shards holds them all.
+        let few = units_of(100, 1000, 10, |k| (k / 10, k / 10));
+        assert!(sorted_by_class(&few, DEFAULT_BLOCK, 256).is_none());
+        assert!(sorted_by_class(&few, 1000, 256).is_some());
+    }
+
     use proptest::prelude::*;
 
     fn is_permutation(v: &mut [u64], n: u64) -> bool {

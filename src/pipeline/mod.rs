@@ -93,7 +93,7 @@ use decode_loop::decode_loop;
 use fetch::{fetch_loop, ByteBudget, Fetched};
 use handoff::handoff;
 use normalize_loop::{normalize_loop, NormalizeJob};
-#[cfg(feature = "__testing")]
+#[cfg(any(feature = "__testing", feature = "unstable-tools"))]
 pub(crate) use plan::global_order;
 pub(crate) use plan::{end_position, plan_len, resplit, split_len, Plan, Split};
 pub(crate) use window::Window;

@@ -10,3 +10,4 @@ pub mod floor;
 pub mod fuzz;
 pub mod gpu;
 pub mod procinfo;
+pub mod shuffle;

@@ -90,3 +90,73 @@ pub(crate) fn index(
     );
     Ok(())
 }
+
+/// `imagefeed shuffle-quality`: how well the loader's order mixes `source` (its layout, with
+/// labels spread at random and sorted), against a full permutation and a shuffle buffer.
+pub(crate) fn shuffle_quality(
+    source: &std::path::Path,
+    q: &crate::QualityArgs,
+) -> Result<(), AnyError> {
+    let opened = Source::open(source)?;
+    let mut builder = imagefeed::Loader::builder(opened)
+        .batch_size(q.batch_size)
+        .seed(q.seed);
+    if let Some(b) = q.shuffle_buffer {
+        builder = builder.shuffle_buffer(b);
+    }
+    let loader = builder.build()?;
+    let rows = imagefeed::tools::shuffle::measure(&loader, q.classes, q.batch_size, q.buffer);
+    if !q.json {
+        println!(
+            "{} samples, batches of {}, {} classes; label distance: a batch's labels from the \
+             source's (total variation, mean); position correlation: with the source's order; \
+             epoch displacement: a sample's move between two epochs, as a share of the epoch; \
+             memory: what the order holds while it mixes (the loader's: the sample tables of a \
+             block's shards; a buffer's: its samples' encoded bytes)",
+            loader.len(),
+            q.batch_size,
+            q.classes
+        );
+        println!(
+            "{:<14} {:<18} {:>14} {:>17} {:>20} {:>18} {:>10}",
+            "labels",
+            "order",
+            "label distance",
+            "classes a batch",
+            "position correlation",
+            "epoch displacement",
+            "memory MB"
+        );
+    }
+    for r in rows {
+        if q.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "labels": r.labels,
+                    "order": r.order,
+                    "samples": loader.len(),
+                    "batch_size": q.batch_size,
+                    "classes": q.classes,
+                    "label_distance": r.label_distance,
+                    "classes_per_batch": r.classes_per_batch,
+                    "position_correlation": r.position_correlation,
+                    "epoch_displacement": r.epoch_displacement,
+                    "memory_bytes": r.memory_bytes,
+                })
+            );
+        } else {
+            println!(
+                "{:<14} {:<18} {:>14.3} {:>17.1} {:>20.3} {:>18.3} {:>10.1}",
+                r.labels,
+                r.order,
+                r.label_distance,
+                r.classes_per_batch,
+                r.position_correlation,
+                r.epoch_displacement,
+                r.memory_bytes as f64 / 1e6
+            );
+        }
+    }
+    Ok(())
+}

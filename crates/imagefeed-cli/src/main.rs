@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand};
 
 use args::{BenchArgs, DecoderArg, FilterArg};
 use bench::{bench, default_benchmark};
-use datasets::{corpus, index, shards};
+use datasets::{corpus, index, shards, shuffle_quality};
 use floor::{floor, stock_paths_then};
 use gpu::{gpu_copy, gpu_info};
 use sweep::sweep;
@@ -97,6 +97,15 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// How well an epoch's order mixes a dataset, computed without reading a sample: the
+    /// loader's order against a full permutation and a shuffle buffer, with labels spread at
+    /// random (pre-shuffled shards) and sorted by sample (class-sorted shards).
+    ShuffleQuality {
+        /// The dataset (its layout of shards is what matters).
+        source: PathBuf,
+        #[command(flatten)]
+        args: QualityArgs,
+    },
     /// Decode-only throughput of the loader's JPEG decoder: the floor the pipeline approaches.
     Floor {
         /// A file list or a folder of class folders.
@@ -129,6 +138,29 @@ enum Command {
         #[arg(long)]
         stock_paths: bool,
     },
+}
+
+/// The settings of `imagefeed shuffle-quality`.
+#[derive(clap::Args)]
+pub(crate) struct QualityArgs {
+    /// Samples a batch.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) batch_size: usize,
+    /// Labels of the synthetic labelings.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) classes: u32,
+    /// The loader's shuffle block (`shuffle_buffer`) [default: the source's].
+    #[arg(long)]
+    pub(crate) shuffle_buffer: Option<usize>,
+    /// The WebDataset-style buffer compared with, in samples (0: none; shard sources only).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) buffer: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// One JSON object a row.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Sets glibc's malloc as a training binary should for a loader that runs many epochs (the
@@ -190,6 +222,7 @@ fn main() -> ExitCode {
             no_shuffle,
         }) => shards(&source, &out_dir, shard_size, (!no_shuffle).then_some(seed)),
         Some(Command::Index { source, out }) => index(&source, out.as_deref()),
+        Some(Command::ShuffleQuality { source, args }) => shuffle_quality(&source, &args),
         Some(Command::Floor {
             source,
             threads,

@@ -9,14 +9,14 @@
 //!
 //! ```text
 //! imagefeed-manifest-v1 tar units=2 samples=2000
-//! shard-000000.tar 52428800 1733600000000000000 0 1000 1000 9 51200000
-//! shard-000001.tar 52428800 1733600000000000000 0 1000 1000 9 51200000
+//! shard-000000.tar 52428800 1733600000000000000 0 1000 1000 0..9 51200000
+//! shard-000001.tar 52428800 1733600000000000000 0 1000 1000 0..9 51200000
 //! ```
 //!
 //! Each unit's line: its file (relative to the manifest's folder or URL, or absolute), the
 //! file's size in bytes and modification time in nanoseconds since the Unix epoch, the unit's
 //! number within its file (a parquet row group's; 0 otherwise), its samples, how many carry a
-//! label, the largest label (`-` for none), and its images' bytes.
+//! label, the smallest and largest label (`MIN..MAX`, `-` for none), and its images' bytes.
 //!
 //! A manifest that disagrees with the files is an error naming the file: a local file's size
 //! is checked at open, and every unit's sample count when a reader first reads it; an object's
@@ -42,6 +42,7 @@ pub(crate) struct Line {
     pub(crate) part: u32,
     pub(crate) samples: u32,
     pub(crate) labeled: u32,
+    pub(crate) min_label: Option<u32>,
     pub(crate) max_label: Option<u32>,
     pub(crate) image_bytes: u64,
 }
@@ -71,9 +72,12 @@ impl Manifest {
             self.lines.len()
         );
         for l in &self.lines {
-            let max = l.max_label.map_or("-".to_string(), |m| m.to_string());
+            let labels = match (l.min_label, l.max_label) {
+                (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
+                _ => "-".to_string(),
+            };
             out.push_str(&format!(
-                "{}\t{}\t{}\t{}\t{}\t{}\t{max}\t{}\n",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{labels}\t{}\n",
                 l.file, l.size, l.mtime, l.part, l.samples, l.labeled, l.image_bytes
             ));
         }
@@ -128,6 +132,26 @@ impl Manifest {
             if cols[0].is_empty() {
                 return Err(bad(at, "no file name".into()));
             }
+            let labels = match cols[6] {
+                "-" => None,
+                range => {
+                    let bad_range = || {
+                        bad(
+                            at,
+                            format!("`{range}` is not a label range (MIN..MAX or -)"),
+                        )
+                    };
+                    let (lo, hi) = range.split_once("..").ok_or_else(bad_range)?;
+                    let (lo, hi): (u32, u32) = (
+                        lo.parse().map_err(|_| bad_range())?,
+                        hi.parse().map_err(|_| bad_range())?,
+                    );
+                    if lo > hi {
+                        return Err(bad_range());
+                    }
+                    Some((lo, hi))
+                }
+            };
             out.push(Line {
                 file: cols[0].to_string(),
                 size: num(1, "size")?,
@@ -137,10 +161,8 @@ impl Manifest {
                 part: small(3, "part")?,
                 samples: small(4, "samples")?,
                 labeled: small(5, "labeled samples")?,
-                max_label: match cols[6] {
-                    "-" => None,
-                    _ => Some(small(6, "largest label")?),
-                },
+                min_label: labels.map(|r| r.0),
+                max_label: labels.map(|r| r.1),
                 image_bytes: num(7, "image bytes")?,
             });
         }
@@ -251,6 +273,7 @@ pub(crate) fn open(
     };
     let tally = |l: &Line| Tally {
         labeled: l.labeled,
+        min_label: l.min_label,
         max_label: l.max_label,
         image_bytes: l.image_bytes,
     };
@@ -414,6 +437,7 @@ mod tests {
             part: 0,
             samples,
             labeled: samples,
+            min_label: Some(2),
             max_label: Some(9),
             image_bytes: 900,
         }

@@ -27,11 +27,12 @@ pub(crate) struct Unit {
     pub(crate) tally: Tally,
 }
 
-/// What opening counts of a unit's samples: how many carry a label, the largest label, and
-/// the images' bytes.
+/// What opening counts of a unit's samples: how many carry a label, the smallest and largest
+/// label, and the images' bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Tally {
     pub(crate) labeled: u32,
+    pub(crate) min_label: Option<u32>,
     pub(crate) max_label: Option<u32>,
     pub(crate) image_bytes: u64,
 }
@@ -104,6 +105,7 @@ impl Units {
                 part: u.part,
                 samples: u.count,
                 labeled: u.tally.labeled,
+                min_label: u.tally.min_label,
                 max_label: u.tally.max_label,
                 image_bytes: u.tally.image_bytes,
             })

@@ -22,7 +22,8 @@ struct Indexed {
     group_rows: Vec<u64>,
     chunks: Vec<u64>,
     /// Each row group's largest label.
-    max_labels: Vec<Option<u32>>,
+    /// Each row group's smallest and largest label.
+    label_ranges: Vec<(Option<u32>, Option<u32>)>,
 }
 
 /// A manifest's row groups of one file: (group, rows, what was counted).
@@ -139,7 +140,7 @@ fn index_file(
         group_rows.push(rows);
         chunks.push(u64::try_from(g.column(leaf).uncompressed_size()).unwrap_or(0));
     }
-    let mut max_labels = vec![None; group_rows.len()];
+    let mut label_ranges = vec![(None, None); group_rows.len()];
     match known {
         // A manifest's: its groups must be the file's (a group that changed is caught again
         // when it is read).
@@ -153,14 +154,14 @@ fn index_file(
                         ),
                     ));
                 }
-                max_labels[g as usize] = tally.max_label;
+                label_ranges[g as usize] = (tally.min_label, tally.max_label);
             }
         }
         None => {
             if let Some(k) = label_leaf {
                 for (g, &rows) in group_rows.iter().enumerate() {
                     let labels = group_labels(&reader, k, g, rows, &name, label_name)?;
-                    max_labels[g] = labels.into_iter().max();
+                    label_ranges[g] = (labels.iter().copied().min(), labels.iter().copied().max());
                 }
             }
         }
@@ -172,7 +173,7 @@ fn index_file(
         },
         group_rows,
         chunks,
-        max_labels,
+        label_ranges,
     })
 }
 
@@ -380,11 +381,12 @@ pub(crate) fn index_files_with(
                 part: g as u32,
                 tally: Tally {
                     labeled: labeled as u32,
-                    max_label: f.max_labels[g],
+                    min_label: f.label_ranges[g].0,
+                    max_label: f.label_ranges[g].1,
                     image_bytes: f.chunks[g],
                 },
             });
-            max_label = max_label.max(f.max_labels[g]);
+            max_label = max_label.max(f.label_ranges[g].1);
             file_of.push(k as u32);
             first += rows;
             image_bytes = image_bytes.saturating_add(f.chunks[g]);

@@ -477,6 +477,7 @@ pub(crate) fn scan_shard(file: &Located, count: Option<u32>) -> Result<Vec<Found
 pub(crate) struct Counted {
     pub(crate) count: u32,
     pub(crate) labeled: u32,
+    pub(crate) min_label: Option<u32>,
     pub(crate) max_label: Option<u32>,
     pub(crate) bytes: u64,
     /// The first member without a label, where others have one (for the message).
@@ -489,6 +490,7 @@ impl Counted {
         Counted {
             count,
             labeled: tally.labeled,
+            min_label: tally.min_label,
             max_label: tally.max_label,
             bytes: tally.image_bytes,
             unlabeled: None,
@@ -499,6 +501,7 @@ impl Counted {
         Counted {
             count: found.len() as u32,
             labeled: found.iter().filter(|f| f.label.is_some()).count() as u32,
+            min_label: found.iter().filter_map(|f| f.label).min(),
             max_label: found.iter().filter_map(|f| f.label).max(),
             bytes: found.iter().map(|f| f.len).sum(),
             unlabeled: found
@@ -561,6 +564,7 @@ pub(crate) fn open_shards(
             part: 0,
             tally: Tally {
                 labeled: c.labeled,
+                min_label: c.min_label,
                 max_label: c.max_label,
                 image_bytes: c.bytes,
             },

@@ -152,6 +152,7 @@ pub fn write_shards(
                     part: 0,
                     samples: counted.count,
                     labeled: counted.labeled,
+                    min_label: counted.min_label,
                     max_label: counted.max_label,
                     image_bytes: counted.bytes,
                 });

@@ -565,6 +565,7 @@ pub(crate) fn index_local(paths: &[PathBuf], options: &TfRecordOptions) -> Resul
 pub(crate) struct Counted {
     pub(crate) count: u32,
     pub(crate) labeled: u32,
+    pub(crate) min_label: Option<u32>,
     pub(crate) max_label: Option<u32>,
     pub(crate) bytes: u64,
     pub(crate) bad: u32,
@@ -578,6 +579,7 @@ impl Counted {
         Counted {
             count: found.len() as u32,
             labeled: good().filter(|f| f.label.is_some()).count() as u32,
+            min_label: found.iter().filter_map(|f| f.label).min(),
             max_label: found.iter().filter_map(|f| f.label).max(),
             bytes: found.iter().map(|f| f.len).sum(),
             bad: found.iter().filter(|f| f.bad.is_some()).count() as u32,
@@ -598,6 +600,7 @@ impl Counted {
         Counted {
             count,
             labeled: tally.labeled,
+            min_label: tally.min_label,
             max_label: tally.max_label,
             bytes: tally.image_bytes,
             ..Counted::default()
@@ -694,6 +697,7 @@ pub(crate) fn index_files(
             part: 0,
             tally: Tally {
                 labeled: c.labeled,
+                min_label: c.min_label,
                 max_label: c.max_label,
                 image_bytes: c.bytes,
             },
