@@ -992,3 +992,25 @@ fn img2dataset_output_opens_as_its_tar_shards() {
         "{e}"
     );
 }
+
+#[test]
+fn a_shard_sources_budget_counts_its_shards_not_its_samples() {
+    // The same 8 shards holding 8 or 64 samples: the index (a unit table) is the same size;
+    // the open shards' sample tables grow with the samples a block spans.
+    let (_, few) = shards_of(8, 1);
+    let (_, many) = shards_of(64, 8);
+    let budget = |dir: &tempfile::TempDir, block: usize| {
+        Loader::builder(Source::open(dir.path()).unwrap())
+            .shuffle_buffer(block)
+            .memory_budget()
+    };
+    let (a, b) = (budget(&few, 4096), budget(&many, 4096));
+    assert_eq!(a.index_bytes, b.index_bytes);
+    assert_eq!(a.shuffle_buffer_bytes, b.shuffle_buffer_bytes);
+    assert!(a.open_shard_bytes > 0 && a.open_shard_bytes < b.open_shard_bytes);
+    // A block of one shard opens one shard's table.
+    assert!(budget(&many, 8).open_shard_bytes < b.open_shard_bytes);
+    // A file list holds no shard.
+    let list = Source::from_list_file(corpus(64, 7).join("files.txt")).unwrap();
+    assert_eq!(Loader::builder(list).memory_budget().open_shard_bytes, 0);
+}
