@@ -87,6 +87,11 @@ pub struct MemoryBudget {
     /// The fetch stage's byte bound where it is more than `fetch_bytes` (counted in the worst
     /// case only; 0 for local files).
     pub fetch_reserve_bytes: u64,
+    /// The per-sample fields ([`Field`](crate::Field)) at their byte limits, for every sample
+    /// that may hold them at once: fetched, in flight to the batcher, and in every batch
+    /// buffer. Counted in the worst case only: captions and metadata are typically far below
+    /// their limits (64 KiB by default). 0 without fields.
+    pub field_bytes: u64,
 }
 
 impl MemoryBudget {
@@ -114,6 +119,7 @@ impl MemoryBudget {
         self.steady()
             .saturating_add(self.large_image_bytes)
             .saturating_add(self.fetch_reserve_bytes)
+            .saturating_add(self.field_bytes)
     }
 
     /// The worst case ([`worst_case`](Self::worst_case)): the number `build()` checks against
@@ -193,6 +199,17 @@ impl MemoryBudget {
             },
             fetch_bytes: fetch_typical,
             open_shard_bytes: reader,
+            field_bytes: {
+                let (u8_batches, batches) = cfg.host_batches();
+                let in_batches =
+                    ((u8_batches + batches) as u64).saturating_mul(cfg.output.batch_size as u64);
+                // Fetched, in flight, held by the batcher for a stand-in, and in batches.
+                let slots = (cfg.tuning.reorder_window() as u64)
+                    .saturating_mul(2)
+                    .saturating_add(4)
+                    .saturating_add(in_batches);
+                slots.saturating_mul(cfg.field_specs().bytes_per_sample())
+            },
             fetch_reserve_bytes: fetch_bound - fetch_typical,
         }
     }
@@ -239,6 +256,9 @@ impl fmt::Display for MemoryBudget {
         )?;
         if self.fetch_reserve_bytes > 0 {
             write!(f, " + fetch bound {:.1}", mb(self.fetch_reserve_bytes))?;
+        }
+        if self.field_bytes > 0 {
+            write!(f, " + fields at their limits {:.1}", mb(self.field_bytes))?;
         }
         f.write_str(")")
     }

@@ -56,6 +56,41 @@ impl LoaderBuilder {
         LoaderBuilder { source, cfg }
     }
 
+    /// Delivers a per-sample field with each batch ([`Batch::field`](crate::Batch::field)): a
+    /// caption, metadata, a target. `"txt"` for tar shards' `KEY.txt` members, a parquet
+    /// column's or a TFRecord feature's name, a column of a file list's header; see
+    /// [`Field`](crate::Field) for optional fields and byte limits. Call it once a field.
+    ///
+    /// # Errors (at `build()`)
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a field asked twice,
+    /// or a source without fields (class folders, objects); a parquet column or list column
+    /// that does not exist is [`ErrorKind::Source`](crate::ErrorKind::Source) naming it.
+    pub fn field(mut self, field: impl Into<crate::fields::Field>) -> Self {
+        self.cfg.field_list.push(field.into());
+        self
+    }
+
+    /// [`field`](Self::field) for each of `fields`.
+    pub fn fields<F: Into<crate::fields::Field>>(
+        mut self,
+        fields: impl IntoIterator<Item = F>,
+    ) -> Self {
+        self.cfg
+            .field_list
+            .extend(fields.into_iter().map(Into::into));
+        self
+    }
+
+    /// The most bytes a field's value may hold, for fields without a limit of their own
+    /// (default [`DEFAULT_FIELD_LIMIT`](crate::DEFAULT_FIELD_LIMIT), 64 KiB; at most 256 MiB).
+    /// A larger value is an error naming the sample and the field. Memory: every field's limit
+    /// for each sample in flight and in a batch, counted in
+    /// [`MemoryBudget::field_bytes`](crate::MemoryBudget::field_bytes).
+    pub fn field_limit(mut self, bytes: usize) -> Self {
+        self.cfg.field_limit = Some(bytes);
+        self
+    }
+
     /// Images per batch (default 64). Memory: each batch is `batch_size` × height × width × 3
     /// × the dtype's size (64 × 160 × 160 × 3 × 4 B = 19.7 MB for f32). At most 2^20.
     pub fn batch_size(mut self, n: usize) -> Self {
@@ -447,9 +482,11 @@ impl LoaderBuilder {
     /// over [`host_memory_limit`](Self::host_memory_limit);
     /// [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled) or
     /// [`ErrorKind::Device`](crate::ErrorKind::Device) for a device that cannot be used.
-    pub fn build(self) -> Result<Loader, Error> {
+    pub fn build(mut self) -> Result<Loader, Error> {
+        self.cfg.fields = self.cfg.field_specs();
         let cfg = &self.cfg;
         cfg.validate(self.source.len())?;
+        self.source.check_fields(&cfg.fields)?;
         if cfg.shuffle.streamed && cfg.shuffle.block() <= 1 {
             log::info!(
                 "the samples of each {} are delivered in their stored order ({}): a shard sorted by class gives batches of one class; shuffle_buffer(n) mixes n samples at a time",

@@ -35,6 +35,11 @@ pub(crate) struct Config {
     pub(crate) panic_on_index: Option<u64>,
     /// A test hook: which samples fail to read from the source, and how.
     pub(crate) failures: Option<FailureHook>,
+    /// The per-sample fields asked for, in order, and the byte limit of those without one.
+    pub(crate) field_list: Vec<crate::fields::Field>,
+    pub(crate) field_limit: Option<usize>,
+    /// `field_list` with each limit resolved (set by `build()`).
+    pub(crate) fields: crate::fields::FieldSpecs,
 }
 
 /// A test hook (`LoaderBuilder::inject_failures`, behind `__testing`): for (epoch, dataset
@@ -73,8 +78,18 @@ impl Config {
         }
         self.tuning.validate()?;
         self.shard.validate(len)?;
+        self.field_specs().validate()?;
         self.decode.validate()?;
         Ok(())
+    }
+
+    /// The fields asked for, each with its byte limit.
+    pub(crate) fn field_specs(&self) -> crate::fields::FieldSpecs {
+        crate::fields::FieldSpecs::new(
+            &self.field_list,
+            self.field_limit
+                .unwrap_or(crate::fields::DEFAULT_FIELD_LIMIT),
+        )
     }
 
     /// Batch buffers the batcher may hold beyond the one it fills: one where an unsharded

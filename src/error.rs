@@ -57,6 +57,17 @@ pub enum ErrorKind {
         /// What the client reported.
         source: std::io::Error,
     },
+    /// A sample's field ([`Field`](crate::Field)) is missing where it is required, over its
+    /// byte limit, or not of a kind the loader delivers. A fault of that sample:
+    /// [`OnError::Skip`] may skip it.
+    Field {
+        /// The sample (`shard.tar[KEY.jpg]`, a file, `file.parquet[row 12]`).
+        path: PathBuf,
+        /// The field's name.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A line of a file list could not be parsed.
     List {
         /// The list file.
@@ -159,6 +170,7 @@ impl Error {
             | ErrorKind::List { path, .. }
             | ErrorKind::Source { path, .. }
             | ErrorKind::CorruptCache { path, .. }
+            | ErrorKind::Field { path, .. }
             | ErrorKind::Remote { path, .. } => Some(path),
             ErrorKind::TooManyFailures { last, .. } => last.path(),
             ErrorKind::WorkerPanicked { path, .. } => path.as_deref(),
@@ -168,7 +180,10 @@ impl Error {
     /// True for an error about one sample (unreadable or undecodable file), which
     /// [`OnError::Skip`] may skip. Configuration, list, cache and device errors are not.
     pub fn is_data_error(&self) -> bool {
-        matches!(&*self.0, ErrorKind::Io { .. } | ErrorKind::Decode { .. })
+        matches!(
+            &*self.0,
+            ErrorKind::Io { .. } | ErrorKind::Decode { .. } | ErrorKind::Field { .. }
+        )
     }
 
     /// Whether the error is a property of the sample's bytes, the same every time they are
@@ -199,6 +214,11 @@ impl Error {
                 Error::decode(path.clone(), DecodeFailure(text(source)))
             }
             ErrorKind::Source { path, reason } => Error::source(path.clone(), reason.clone()),
+            ErrorKind::Field {
+                path,
+                field,
+                reason,
+            } => Error::field(path.clone(), field, reason.clone()),
             _ => Error::source(self.path().unwrap_or(Path::new("")), self.to_string()),
         }
     }
@@ -241,6 +261,13 @@ impl Error {
     pub(crate) fn source(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
         Self::new(ErrorKind::Source {
             path: path.into(),
+            reason: reason.into(),
+        })
+    }
+    pub(crate) fn field(path: impl Into<PathBuf>, field: &str, reason: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Field {
+            path: path.into(),
+            field: field.to_string(),
             reason: reason.into(),
         })
     }
@@ -366,6 +393,17 @@ impl fmt::Display for Error {
             ErrorKind::Source { path, reason } => {
                 write!(f, "{}: {}", Shown(path), Escaped(reason))
             }
+            ErrorKind::Field {
+                path,
+                field,
+                reason,
+            } => write!(
+                f,
+                "{}: field `{}`: {}",
+                Shown(path),
+                Escaped(field),
+                Escaped(reason)
+            ),
             ErrorKind::CorruptCache { path, detail } => write!(
                 f,
                 "{}: corrupt cache: {} (delete the file to rebuild it)",

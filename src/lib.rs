@@ -94,6 +94,7 @@ mod cache;
 mod config;
 mod decode;
 mod error;
+mod fields;
 mod image;
 mod loader;
 mod memory_limit;
@@ -120,6 +121,9 @@ pub use builder::LoaderBuilder;
 pub use cache::CachePolicy;
 pub use decode::{decoder_info, DecoderInfo, JpegDecoder};
 pub use error::{BoxError, Error, ErrorKind, OnError};
+pub use fields::{
+    Field, FieldColumn, FieldKind, FieldValue, OwnedField, OwnedFieldValue, DEFAULT_FIELD_LIMIT,
+};
 pub use loader::{Batches, Loader, LoaderState};
 pub use prefetch::Device;
 pub use rank::{Launch, Launcher, ShardPadding};

@@ -1,8 +1,11 @@
 //! The batcher's pure core: collects one batch's `u8` samples, then writes them, normalized,
 //! into a batch buffer.
 
+use std::sync::Arc;
+
 use super::BatchFormat;
 use super::Normalizer;
+use crate::fields::{FieldStore, SampleFields};
 use crate::prefetch::{BatchParts, Staged};
 
 /// Pure core of the batching stage: collects one batch's `u8` samples, then writes them,
@@ -20,6 +23,9 @@ pub(crate) struct Batcher {
     pending: Vec<Vec<u8>>,
     /// Writing through: the batch being filled, and its samples so far.
     through: Option<(Option<BatchParts>, usize)>,
+    /// The batch's fields: each field's column, and the fields' names.
+    fields: Vec<FieldStore>,
+    field_names: Arc<[String]>,
     labels: Vec<u32>,
     indices: Vec<u64>,
     padded: Vec<bool>,
@@ -40,12 +46,21 @@ impl Batcher {
             normalizer,
             pending: Vec::with_capacity(if write_through { 0 } else { format.batch_size }),
             through: write_through.then_some((None, 0)),
+            fields: Vec::new(),
+            field_names: Arc::from(Vec::new()),
             labels: Vec::with_capacity(format.batch_size),
             indices: Vec::with_capacity(format.batch_size),
             padded: Vec::with_capacity(format.batch_size),
             pool,
             parallel: true,
         }
+    }
+
+    /// Delivers fields of these names with each batch.
+    pub(crate) fn with_fields(mut self, names: Vec<String>) -> Self {
+        self.fields = vec![FieldStore::default(); names.len()];
+        self.field_names = Arc::from(names);
+        self
     }
 
     /// Sets whether batches are written on the normalize pool (if the loader has one): yes
@@ -61,12 +76,16 @@ impl Batcher {
         &mut self,
         pixels: Vec<u8>,
         (label, index, padded): (u32, u64, bool),
+        fields: &SampleFields,
         fresh: impl FnOnce() -> BatchParts,
         mut recycle: impl FnMut(Vec<u8>),
     ) -> Option<BatchParts> {
         self.labels.push(label);
         self.indices.push(index);
         self.padded.push(padded);
+        for (store, value) in self.fields.iter_mut().zip(&fields.0) {
+            store.push(value);
+        }
         if let Some((current, written)) = &mut self.through {
             let parts = current.get_or_insert_with(fresh);
             self.normalizer.write(&pixels, &mut parts.storage, *written);
@@ -99,7 +118,7 @@ impl Batcher {
         (!self.pending.is_empty()).then(|| self.flush(fresh, recycle))
     }
 
-    /// Moves the batch's labels, indices and padding flags into `parts`.
+    /// Moves the batch's labels, indices, padding flags and fields into `parts`.
     fn take_meta(&mut self, parts: &mut BatchParts) {
         parts.labels.clear();
         parts.labels.append(&mut self.labels);
@@ -108,6 +127,15 @@ impl Batcher {
         parts.padded.clear();
         parts.padded.append(&mut self.padded);
         parts.skipped.clear();
+        // The parts' old columns (cleared) become the next batch's.
+        parts
+            .fields
+            .resize_with(self.fields.len(), FieldStore::default);
+        std::mem::swap(&mut parts.fields, &mut self.fields);
+        for store in &mut self.fields {
+            store.clear();
+        }
+        parts.field_names = self.field_names.clone();
     }
 
     fn flush(

@@ -45,6 +45,8 @@ pub struct OwnedBatch {
     pub indices: Vec<u64>,
     /// Whether each image is a padding copy ([`Batch::padded`]).
     pub padded: Vec<bool>,
+    /// Each field's values ([`Batch::field`]), in the order the loader was asked for them.
+    pub fields: Vec<crate::fields::OwnedField>,
     /// `[n, height, width, 3]` (NHWC) or `[n, 3, height, width]` (NCHW).
     pub shape: [usize; 4],
     /// The epoch.
@@ -316,6 +318,20 @@ impl Batch {
             ));
         };
         drop(parts.staged.take());
+        let fields = parts
+            .field_names
+            .iter()
+            .zip(&parts.fields)
+            .map(|(name, store)| {
+                let column = crate::fields::FieldColumn::new(name, store);
+                crate::fields::OwnedField {
+                    name: name.clone(),
+                    values: (0..column.len())
+                        .map(|i| column.get(i).map(Into::into))
+                        .collect(),
+                }
+            })
+            .collect();
         let images = match parts.storage {
             BatchStorage::F32(mut v) => {
                 v.truncate(n);
@@ -339,10 +355,46 @@ impl Batch {
             labels: parts.labels,
             indices: parts.indices,
             padded: parts.padded,
+            fields,
             shape,
             epoch,
             position,
         })
+    }
+
+    /// The values of field `name` ([`LoaderBuilder::field`](crate::LoaderBuilder::field)),
+    /// one a sample in the batch's order; `None` for a field the loader was not asked for.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use imagefeed::{Loader, Source};
+    /// let loader = Loader::builder(Source::open("shards/")?).field("txt").build()?;
+    /// for batch in loader.epoch(0) {
+    ///     let batch = batch?;
+    ///     let captions = batch.field("txt").expect("the loader asks for it");
+    ///     for (i, index) in batch.indices().iter().enumerate() {
+    ///         println!("{index}: {}", captions.text(i).unwrap_or("<not text>"));
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn field(&self, name: &str) -> Option<crate::fields::FieldColumn<'_>> {
+        let parts = self.parts();
+        let k = parts.field_names.iter().position(|n| n == name)?;
+        Some(crate::fields::FieldColumn::new(
+            &parts.field_names[k],
+            parts.fields.get(k)?,
+        ))
+    }
+
+    /// Every field's values, in the order the loader was asked for them.
+    pub fn fields(&self) -> impl Iterator<Item = crate::fields::FieldColumn<'_>> {
+        let parts = self.parts();
+        parts
+            .field_names
+            .iter()
+            .zip(&parts.fields)
+            .map(|(name, store)| crate::fields::FieldColumn::new(name, store))
     }
 
     /// The images' bytes in native byte order, whatever the dtype (empty for a device-only
@@ -472,7 +524,7 @@ mod tests {
             let mut recycled = 0;
             for i in 0..n {
                 let px = vec![(i % 256) as u8; 3];
-                if let Some(p) = b.add(px, (i as u32, i as u64, false), || BatchParts::new(Dtype::U8, bs, 3), |_| recycled += 1) {
+                if let Some(p) = b.add(px, (i as u32, i as u64, false), &Default::default(), || BatchParts::new(Dtype::U8, bs, 3), |_| recycled += 1) {
                     batches.push(p);
                 }
             }

@@ -34,6 +34,7 @@ use crate::batch::BatchFormat;
 use crate::batch::Normalizer;
 use crate::batch::{Batch, Batcher};
 use crate::error::{Error, ErrorKind, OnError};
+use crate::fields::SampleFields;
 use crate::prefetch::BatchParts;
 use crate::stats::add;
 
@@ -62,6 +63,7 @@ impl Sink<'_> {
         &mut self,
         pixels: Vec<u8>,
         (index, label): (u32, u32),
+        fields: &SampleFields,
         padded: bool,
         k: usize,
     ) -> bool {
@@ -75,7 +77,13 @@ impl Sink<'_> {
         }
         self.batch_skips.append(&mut self.skips);
         let full = self.timed(|batcher, fresh, recycle| {
-            batcher.add(pixels, (label, u64::from(index), padded), fresh, recycle)
+            batcher.add(
+                pixels,
+                (label, u64::from(index), padded),
+                fields,
+                fresh,
+                recycle,
+            )
         });
         let Some(mut parts) = full else {
             return true;
@@ -107,13 +115,13 @@ impl Sink<'_> {
         true
     }
 
-    /// Writes a copy of `pixels` (sample `id`: index and label) as the slot of run position
-    /// `k`.
-    fn copy(&mut self, pixels: &[u8], id: (u32, u32), k: usize) -> bool {
+    /// Writes a copy of `pixels` (sample `id`: index and label; its `fields`) as the slot of
+    /// run position `k`.
+    fn copy(&mut self, pixels: &[u8], id: (u32, u32), fields: &SampleFields, k: usize) -> bool {
         let mut copy = self.job.samples.1.try_recv().unwrap_or_default();
         copy.clear();
         copy.extend_from_slice(pixels);
-        self.slot(copy, id, true, k)
+        self.slot(copy, id, fields, true, k)
     }
 
     /// A batch buffer from the pool, or a new one; for a device, with a slot of its ring
@@ -270,7 +278,8 @@ pub(super) fn batch_loop(
             Normalizer::new(job.output.mean, job.output.std, format.layout),
             job.normalize_pool.clone(),
             job.writes_through(),
-        ),
+        )
+        .with_fields(epoch.fields.names().map(str::to_string).collect()),
         format,
         // Room for every batch in circulation (queue, consumer, batcher), so a returned batch
         // is never freed and a new one never allocated in steady state.
@@ -295,8 +304,8 @@ pub(super) fn batch_loop(
 /// for a stand-in and the last sample that loaded.
 struct Stand {
     owed: Vec<usize>,
-    /// Its pixels, index and label.
-    last_good: Option<(Vec<u8>, (u32, u32))>,
+    /// Its pixels, index and label, and fields.
+    last_good: Option<(Vec<u8>, (u32, u32), SampleFields)>,
 }
 
 pub(super) fn batch_loop_inner(
@@ -334,13 +343,13 @@ pub(super) fn batch_loop_inner(
                     let id = (msg.index, msg.label);
                     if keep_size {
                         for owed in std::mem::take(&mut stand.owed) {
-                            if !sink.copy(&pixels, id, owed) {
+                            if !sink.copy(&pixels, id, &msg.fields, owed) {
                                 return Ok(());
                             }
                         }
-                        remember(&mut stand.last_good, &pixels, id);
+                        remember(&mut stand.last_good, &pixels, id, &msg.fields);
                     }
-                    if !sink.slot(pixels, id, epoch.plan.is_padding(k), k) {
+                    if !sink.slot(pixels, id, &msg.fields, epoch.plan.is_padding(k), k) {
                         return Ok(());
                     }
                 }
@@ -370,7 +379,7 @@ pub(super) fn batch_loop_inner(
     }
     if !stand.owed.is_empty() {
         // No sample loads after these: copies of the last one that did.
-        let Some((px, id)) = stand.last_good.take() else {
+        let Some((px, id, fields)) = stand.last_good.take() else {
             let last = last_error.unwrap_or_else(|| Error::config("shard", "no sample"));
             return Err(Error::new(ErrorKind::TooManyFailures {
                 skipped,
@@ -384,7 +393,7 @@ pub(super) fn batch_loop_inner(
             }));
         };
         for owed in std::mem::take(&mut stand.owed) {
-            if !sink.copy(&px, id, owed) {
+            if !sink.copy(&px, id, &fields, owed) {
                 return Ok(());
             }
         }
@@ -398,9 +407,21 @@ pub(super) fn batch_loop_inner(
     Ok(())
 }
 
-fn remember(slot: &mut Option<(Vec<u8>, (u32, u32))>, pixels: &[u8], id: (u32, u32)) {
-    let (buf, i) = slot.get_or_insert_with(|| (Vec::with_capacity(pixels.len()), (0, 0)));
+fn remember(
+    slot: &mut Option<(Vec<u8>, (u32, u32), SampleFields)>,
+    pixels: &[u8],
+    id: (u32, u32),
+    fields: &SampleFields,
+) {
+    let (buf, i, f) = slot.get_or_insert_with(|| {
+        (
+            Vec::with_capacity(pixels.len()),
+            (0, 0),
+            SampleFields::default(),
+        )
+    });
     buf.clear();
     buf.extend_from_slice(pixels);
     *i = id;
+    f.clone_from(fields);
 }

@@ -74,9 +74,16 @@ pub(super) fn decode_loop(
         // The label: a local file's from the index, a fetched sample's from its source, and
         // with neither (an epoch reading a complete cache) the cache record's.
         let mut label = None;
+        let mut fields = crate::fields::SampleFields::default();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if from_fetch.is_none() {
-                label = Some(epoch.source.index.entry_into(index as usize, &mut path)?);
+                let (l, f) = epoch.source.index.entry_fields_into(
+                    index as usize,
+                    &mut path,
+                    &epoch.fields,
+                )?;
+                label = Some(l);
+                fields = f;
             }
             if job.panic_on_index == Some(u64::from(index)) {
                 panic!("injected panic (inject_panic_at_index)");
@@ -94,6 +101,7 @@ pub(super) fn decode_loop(
                 None => load_from(Input::CacheOnly, &mut label),
                 Some(Ok(sample)) => {
                     label = Some(sample.label);
+                    fields = sample.fields;
                     load_from(Input::Bytes(&sample.bytes), &mut label)
                 }
                 Some(Err(e)) => Err(e),
@@ -125,6 +133,7 @@ pub(super) fn decode_loop(
             seq,
             index,
             label,
+            fields: std::mem::take(&mut fields),
             result,
         }) {
             break; // the batcher stopped: shut down

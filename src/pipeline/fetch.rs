@@ -114,8 +114,9 @@ struct Started {
 
 /// The fetch thread's body.
 pub(crate) fn fetch_loop(epoch: &Epoch, tx: &Sender<Fetched>, budget: &ByteBudget) {
-    if matches!(epoch.cache_mode, EpochCache::Read(_)) {
-        // Every sample comes from the cache: hand out positions only.
+    if matches!(epoch.cache_mode, EpochCache::Read(_)) && epoch.fields.is_empty() {
+        // Every sample comes from the cache: hand out positions only. (With fields, the
+        // samples are read for them; their images come from the cache, undecoded.)
         while let Some(seq) = epoch.window.claim() {
             let f = Fetched {
                 seq,
@@ -130,10 +131,11 @@ pub(crate) fn fetch_loop(epoch: &Epoch, tx: &Sender<Fetched>, budget: &ByteBudge
         }
         return;
     }
-    let Some(mut reader) = epoch
-        .source
-        .backing
-        .reader(&epoch.source.index, epoch.shuffle_block)
+    let Some(mut reader) =
+        epoch
+            .source
+            .backing
+            .reader(&epoch.source.index, epoch.shuffle_block, &epoch.fields)
     else {
         return;
     };

@@ -174,6 +174,7 @@ mod tests {
             seq,
             index: seq as u32,
             label: 0,
+            fields: Default::default(),
             result: Ok(Vec::new()),
         }
     }

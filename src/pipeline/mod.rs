@@ -120,6 +120,8 @@ pub(crate) struct Epoch {
     pub(crate) max_file_bytes: u64,
     /// Samples the order mixes at once: a reader keeps the tables of the shards they span.
     pub(crate) shuffle_block: usize,
+    /// The per-sample fields read with each sample.
+    pub(crate) fields: crate::fields::FieldSpecs,
 }
 
 /// The decode threads' settings and resources.
@@ -277,6 +279,8 @@ struct Loaded {
     seq: usize,
     index: u32,
     label: u32,
+    /// The sample's fields, in the loader's order (empty without fields).
+    fields: crate::fields::SampleFields,
     result: Result<Vec<u8>, Error>,
 }
 
@@ -365,6 +369,7 @@ pub(crate) fn start(
             stats,
             max_file_bytes: cfg.decode.max_file_bytes(),
             shuffle_block: cfg.shuffle.block(),
+            fields: cfg.fields.clone(),
         },
         decode: DecodeJob {
             settings: cfg.decode.clone(),

@@ -58,6 +58,8 @@ pub(super) fn normalize_loop(
         std::mem::swap(&mut parts.indices, &mut from.indices);
         std::mem::swap(&mut parts.padded, &mut from.padded);
         std::mem::swap(&mut parts.skipped, &mut from.skipped);
+        std::mem::swap(&mut parts.fields, &mut from.fields);
+        parts.field_names = from.field_names.clone();
         if let BatchStorage::U8(pixels) = &from.storage {
             write(
                 job,

@@ -335,6 +335,9 @@ pub(crate) struct BatchParts {
     pub(crate) skipped: Vec<(std::path::PathBuf, String)>,
     /// The device slot of a device loader's batch (never in the pool).
     pub(crate) staged: Option<Staged>,
+    /// The loader's fields' names, and each one's column (empty without fields).
+    pub(crate) field_names: std::sync::Arc<[String]>,
+    pub(crate) fields: Vec<crate::fields::FieldStore>,
 }
 
 impl BatchParts {
@@ -346,6 +349,8 @@ impl BatchParts {
             padded: Vec::with_capacity(batch_size),
             skipped: Vec::new(),
             staged: None,
+            field_names: std::sync::Arc::from(Vec::new()),
+            fields: Vec::new(),
         }
     }
 }

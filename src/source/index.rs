@@ -57,6 +57,8 @@ pub(crate) struct ListIndex {
     checkpoints: Vec<(u64, u64)>,
     len: usize,
     num_classes: u32,
+    /// A TSV list's header (its columns' names), read when the list was opened.
+    pub(crate) header: Option<std::sync::Arc<super::format::list::Header>>,
 }
 
 /// A reader at a byte offset of a file, by positioned reads (the file is shared by threads).
@@ -88,12 +90,24 @@ impl ListIndex {
             checkpoints,
             len,
             num_classes,
+            header: None,
         }
     }
 
     /// Entry `i` (`i < len`), read from the list `list`: its path bytes into `path` (cleared
     /// first) and its label.
     fn entry(&self, list: &Path, i: usize, path: &mut Vec<u8>) -> Result<u32, Error> {
+        self.entry_with(list, i, path, |_| Ok(()))
+    }
+
+    /// [`entry`](Self::entry), and `also` called with the entry's line.
+    fn entry_with(
+        &self,
+        list: &Path,
+        i: usize,
+        path: &mut Vec<u8>,
+        also: impl FnOnce(&[u8]) -> Result<(), Error>,
+    ) -> Result<u32, Error> {
         let (offset, line) = self.checkpoints[(i as u64 / EVERY) as usize];
         let reader = BufReader::with_capacity(
             8 << 10,
@@ -102,7 +116,8 @@ impl ListIndex {
                 pos: offset,
             },
         );
-        let mut lines = super::format::list::Lines::new(list, reader, line, offset)?;
+        let mut lines = super::format::list::Lines::new(list, reader, line, offset)?
+            .with_header(self.header.clone());
         for _ in 0..i as u64 % EVERY {
             lines.next_entry()?;
         }
@@ -110,6 +125,7 @@ impl ListIndex {
             Some(e) => {
                 path.clear();
                 path.extend_from_slice(e.path);
+                also(e.text)?;
                 Ok(e.label)
             }
             None => Err(Error::io(
@@ -228,6 +244,83 @@ impl FileIndex {
                 Ok(label)
             }
         }
+    }
+
+    /// Entry `i` as [`entry_into`](Self::entry_into), with its `fields` read from its line (a
+    /// TSV list's columns); `name` names the sample in errors.
+    pub(crate) fn entry_fields_into(
+        &self,
+        i: usize,
+        out: &mut PathBuf,
+        fields: &crate::fields::FieldSpecs,
+    ) -> Result<(u32, crate::fields::SampleFields), Error> {
+        if fields.is_empty() {
+            return Ok((self.entry_into(i, out)?, Default::default()));
+        }
+        let Entries::List(l) = &self.entries else {
+            return Err(self.no_fields());
+        };
+        let Some(header) = &l.header else {
+            return Err(self.no_fields());
+        };
+        out.as_mut_os_string().clear();
+        out.push(&self.base);
+        let mut raw = Vec::new();
+        let mut found = Default::default();
+        let origin = self.origin.clone();
+        let label = l.entry_with(&self.origin, i, &mut raw, |line| {
+            let name = origin.join(format!("[line of entry {i}]"));
+            found = fields.collect(&name, |_, field| {
+                Ok(match header.column(field.name()) {
+                    Some(k) => {
+                        let v = header.value(line, k).unwrap_or_default();
+                        match std::str::from_utf8(v) {
+                            Ok(_) => crate::fields::FieldData::Text(v.to_vec()),
+                            Err(_) => crate::fields::FieldData::Bytes(v.to_vec()),
+                        }
+                    }
+                    None => crate::fields::FieldData::Missing,
+                })
+            })?;
+            Ok(())
+        })?;
+        out.push(bytes_to_os(&raw));
+        Ok((label, found))
+    }
+
+    fn no_fields(&self) -> Error {
+        Error::config(
+            "field",
+            format!(
+                "{} has no fields: a local file list with a header line naming its columns \
+                 (`path<TAB>label<TAB>caption`) has them",
+                self.origin.display()
+            ),
+        )
+    }
+
+    /// Checks that a list delivers `fields`: a local TSV list whose header names them.
+    pub(crate) fn check_fields(&self, fields: &crate::fields::FieldSpecs) -> Result<(), Error> {
+        let Entries::List(l) = &self.entries else {
+            return Err(self.no_fields());
+        };
+        let Some(header) = &l.header else {
+            return Err(self.no_fields());
+        };
+        for name in fields.names() {
+            if header.column(name).is_none()
+                || [Some(header.path), header.label].contains(&header.column(name))
+            {
+                return Err(Error::source(
+                    &self.origin,
+                    format!(
+                        "has no column `{name}` for a field (its columns: {})",
+                        header.names.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Calls `f` with every entry's number, full path and label, in order: a list file read

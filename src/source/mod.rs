@@ -615,8 +615,20 @@ impl Source {
         i: usize,
         limit: u64,
     ) -> Result<(format::Sample, PathBuf), Error> {
+        self.read_sample_with(i, limit, &crate::fields::FieldSpecs::default())
+    }
+
+    /// [`read_sample`](Self::read_sample) with the sample's `fields`.
+    pub(crate) fn read_sample_with(
+        &self,
+        i: usize,
+        limit: u64,
+        fields: &crate::fields::FieldSpecs,
+    ) -> Result<(format::Sample, PathBuf), Error> {
         let mut name = PathBuf::new();
-        let sample = self.backing.read_sample(&self.index, i, limit, &mut name)?;
+        let sample = self
+            .backing
+            .read_sample(&self.index, i, limit, &mut name, fields)?;
         Ok((sample, name))
     }
 
@@ -626,7 +638,7 @@ impl Source {
         let mut name = PathBuf::new();
         let label = self
             .backing
-            .read_sample(&self.index, i, u64::MAX, &mut name)
+            .read_sample(&self.index, i, u64::MAX, &mut name, &Default::default())
             .ok()
             .map(|s| s.label);
         Some((name, label.unwrap_or(0)))
@@ -687,6 +699,27 @@ impl Source {
     /// shards); `None` for local files and objects.
     pub(crate) fn mean_sample_bytes(&self) -> Option<u64> {
         self.backing.mean_sample_bytes()
+    }
+
+    /// Whether this source can deliver `fields` (checked by `build()`): tar shards, TFRecord
+    /// and parquet files (whose columns must exist), and local lists with a header naming
+    /// them.
+    pub(crate) fn check_fields(&self, fields: &crate::fields::FieldSpecs) -> Result<(), Error> {
+        if fields.is_empty() {
+            return Ok(());
+        }
+        match &self.backing {
+            Backing::Tar(_) | Backing::TfRecord(_) => Ok(()),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => p.check_fields(fields),
+            Backing::Files => self.index.check_fields(fields),
+            #[cfg(feature = "remote")]
+            Backing::Objects(_) => Err(Error::config(
+                "field",
+                "objects in object storage carry no per-sample fields; pack them as tar shards \
+                 (`imagefeed shards`) with the fields as members",
+            )),
+        }
     }
 
     /// Heap bytes the index holds (counted in the loader's memory budget): for a source read

@@ -14,6 +14,7 @@ mod contract;
 mod decode;
 mod elastic;
 mod errors;
+mod fields;
 mod formats;
 mod fuzz_seeds;
 mod manifest;

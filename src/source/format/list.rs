@@ -46,6 +46,91 @@ pub(crate) struct Entry<'a> {
     pub(crate) label: u32,
     pub(crate) line: u64,
     pub(crate) offset: u64,
+    /// The whole line, trimmed (a TSV list's columns are read from it).
+    pub(crate) text: &'a [u8],
+}
+
+/// A TSV list's header line: its columns' names. A list whose first line names its columns
+/// separated by tabs, one of them `path` (`path<TAB>label<TAB>caption`), is read as TSV: every
+/// line has one value a column, separated by single tabs; `label` (optional: labels are 0
+/// without it) is the label, and the other columns are fields ([`Field`](crate::Field)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) names: Vec<String>,
+    pub(crate) path: usize,
+    pub(crate) label: Option<usize>,
+}
+
+impl Header {
+    /// The header `line` is, if it is one: tab-separated names, one of them `path` (any
+    /// case), and not a `PATH<TAB>LABEL` entry.
+    fn of(line: &[u8]) -> Option<Header> {
+        let text = std::str::from_utf8(line).ok()?;
+        let names: Vec<String> = text.split('\t').map(|n| n.trim().to_string()).collect();
+        let find = |want: &str| names.iter().position(|n| n.eq_ignore_ascii_case(want));
+        let path = find("path")?;
+        if names.len() == 2 && split_line(line).is_some_and(|(_, l)| parse_label(l).is_ok()) {
+            return None; // `path<TAB>3`: a file named `path`
+        }
+        if names.iter().any(String::is_empty) {
+            return None;
+        }
+        Some(Header {
+            label: find("label"),
+            path,
+            names,
+        })
+    }
+
+    /// The column named `name`, if any.
+    pub(crate) fn column(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Column `k` of a TSV line.
+    pub(crate) fn value<'a>(&self, line: &'a [u8], k: usize) -> Option<&'a [u8]> {
+        line.split(|&b| b == b'\t').nth(k)
+    }
+
+    /// Checks a TSV line (number `at`): one value a column, a path, a label where the header
+    /// has one.
+    fn check<'a>(&self, list: &Path, at: usize, line: &'a [u8]) -> Result<(&'a [u8], u32), Error> {
+        let values = line.split(|&b| b == b'\t').count();
+        if values != self.names.len() {
+            return Err(Error::list(
+                list,
+                at,
+                format!(
+                    "{values} tab-separated values, where the header names {} columns ({})",
+                    self.names.len(),
+                    self.names.join(", ")
+                ),
+            ));
+        }
+        let path = trim(self.value(line, self.path).unwrap_or_default());
+        if path.is_empty() {
+            return Err(Error::list(list, at, "no path"));
+        }
+        let label = match self.label {
+            Some(k) => parse_label(trim(self.value(line, k).unwrap_or_default()))
+                .map_err(|reason| Error::list(list, at, reason))?,
+            None => 0,
+        };
+        if path.contains(&0) {
+            return Err(Error::list(list, at, "the path contains a NUL byte"));
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(Error::list(
+                list,
+                at,
+                format!(
+                    "the path is {} bytes long, over the {MAX_PATH_BYTES}-byte limit of paths",
+                    path.len()
+                ),
+            ));
+        }
+        Ok((path, label))
+    }
 }
 
 /// Reads a list's entries one at a time, holding one line, and checks each line by the list
@@ -58,6 +143,9 @@ pub(crate) struct Lines<'l, R> {
     /// The number of the last line read, and the offset of the next one.
     line: u64,
     offset: u64,
+    /// A TSV list's header, and whether the first line is still to be looked at for one.
+    header: Option<std::sync::Arc<Header>>,
+    looking_for_header: bool,
 }
 
 impl<'l, R: std::io::BufRead> Lines<'l, R> {
@@ -85,7 +173,23 @@ impl<'l, R: std::io::BufRead> Lines<'l, R> {
             buf: Vec::with_capacity(256),
             line,
             offset,
+            header: None,
+            looking_for_header: offset == 0,
         })
+    }
+
+    /// Reads lines of a TSV list with this header (lines read from past its start).
+    pub(crate) fn with_header(mut self, header: Option<std::sync::Arc<Header>>) -> Self {
+        if header.is_some() {
+            self.header = header;
+            self.looking_for_header = false;
+        }
+        self
+    }
+
+    /// The list's header, once the first line has been read (a TSV list's).
+    pub(crate) fn header(&self) -> Option<&std::sync::Arc<Header>> {
+        self.header.as_ref()
     }
 
     /// The next entry, `None` after the last.
@@ -134,15 +238,28 @@ impl<'l, R: std::io::BufRead> Lines<'l, R> {
             if line.is_empty() || line[0] == b'#' {
                 continue;
             }
-            let (path, label) = check_line(list, line_no as usize, line)?;
-            // The path again, borrowed from the buffer past this loop.
-            let at = path.as_ptr() as usize - self.buf.as_ptr() as usize;
-            let len = path.len();
+            if std::mem::take(&mut self.looking_for_header) {
+                if let Some(h) = Header::of(line) {
+                    self.header = Some(std::sync::Arc::new(h));
+                    continue;
+                }
+            }
+            // A TSV line keeps its tabs at either end (an empty first or last value).
+            let line = if self.header.is_some() { raw } else { line };
+            let (path, label) = match &self.header {
+                Some(h) => h.check(list, line_no as usize, line)?,
+                None => check_line(list, line_no as usize, line)?,
+            };
+            // The path and line again, borrowed from the buffer past this loop.
+            let base = self.buf.as_ptr() as usize;
+            let (at, len) = (path.as_ptr() as usize - base, path.len());
+            let (line_at, line_len) = (line.as_ptr() as usize - base, line.len());
             return Ok(Some(Entry {
                 path: &self.buf[at..at + len],
                 label,
                 line: line_no,
                 offset: start,
+                text: &self.buf[line_at..line_at + line_len],
             }));
         }
     }
@@ -295,6 +412,7 @@ pub(crate) fn scan_list(list: &Path, base: PathBuf) -> Result<FileIndex, Error> 
         n += 1;
         max_label = max_label.max(e.label);
     }
+    let header = lines.header().cloned();
     if n == 0 {
         return Err(Error::source(list, "the list has no entries"));
     }
@@ -352,7 +470,8 @@ pub(crate) fn scan_list(list: &Path, base: PathBuf) -> Result<FileIndex, Error> 
             list.display()
         );
     }
-    let index = ListIndex::new(file, checkpoints, n as usize, max_label.saturating_add(1));
+    let mut index = ListIndex::new(file, checkpoints, n as usize, max_label.saturating_add(1));
+    index.header = header;
     Ok(FileIndex::of_list(list.to_path_buf(), base, index))
 }
 

@@ -28,6 +28,7 @@ use tfrecord::TfRecordSet;
 use units::Units;
 
 use crate::error::Error;
+use crate::fields::FieldSpecs;
 #[cfg(feature = "remote")]
 use crate::source::ObjectIndex;
 use crate::source::{regular_file, FileIndex, SourceKind};
@@ -37,6 +38,8 @@ use crate::source::{regular_file, FileIndex, SourceKind};
 pub(crate) struct Sample {
     pub(crate) bytes: Vec<u8>,
     pub(crate) label: u32,
+    /// The loader's fields, in its order (empty when it asks for none).
+    pub(crate) fields: crate::fields::SampleFields,
 }
 
 /// What a [`Reader`] made of one sample: read now, or a request to await beside others.
@@ -107,17 +110,22 @@ impl Backing {
 
     /// A reader for the fetch loop or for random reads; `None` for local files, which the
     /// decode threads read themselves.
-    pub(crate) fn reader(&self, index: &FileIndex, block: usize) -> Option<Box<dyn Reader>> {
+    pub(crate) fn reader(
+        &self,
+        index: &FileIndex,
+        block: usize,
+        fields: &FieldSpecs,
+    ) -> Option<Box<dyn Reader>> {
         #[cfg(not(feature = "remote"))]
         let _ = index;
         let reader: Box<dyn Reader> = match self {
             Backing::Files => return None,
             #[cfg(feature = "remote")]
             Backing::Objects(o) => Box::new(o.reader(index)),
-            Backing::Tar(t) => Box::new(t.reader(block)),
-            Backing::TfRecord(t) => Box::new(t.reader(block)),
+            Backing::Tar(t) => Box::new(t.reader(block, fields)),
+            Backing::TfRecord(t) => Box::new(t.reader(block, fields)),
             #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => Box::new(p.reader(block)),
+            Backing::Parquet(p) => Box::new(p.reader(block, fields)),
         };
         Some(reader)
     }
@@ -182,11 +190,13 @@ impl Backing {
         i: usize,
         limit: u64,
         name: &mut PathBuf,
+        fields: &FieldSpecs,
     ) -> Result<Sample, Error> {
-        match self.reader(index, 1) {
+        match self.reader(index, 1, fields) {
             None => {
                 use std::io::Read;
-                let path = index.path(i);
+                let mut path = PathBuf::new();
+                let (label, fields) = index.entry_fields_into(i, &mut path, fields)?;
                 name.clone_from(&path);
                 regular_file(&path)?;
                 let mut out = Vec::new();
@@ -203,7 +213,8 @@ impl Backing {
                 }
                 Ok(Sample {
                     bytes: out,
-                    label: index.label(i),
+                    label,
+                    fields,
                 })
             }
             Some(mut reader) => match reader.read(i as u32, name, limit) {

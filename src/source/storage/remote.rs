@@ -481,7 +481,11 @@ impl Reader for ObjectReader {
         let label = self.index.label(i as usize);
         Step::Pending(Box::pin(async move {
             let bytes = store.get_async(&key, limit).await?;
-            Ok(Sample { bytes, label })
+            Ok(Sample {
+                bytes,
+                label,
+                fields: Default::default(),
+            })
         }))
     }
 

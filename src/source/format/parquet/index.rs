@@ -454,7 +454,7 @@ pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<usize, Error>>, Err
     let Backing::Parquet(pq) = &source.backing else {
         return Err(Error::source(name, "not indexed as parquet"));
     };
-    let mut reader = pq.reader(1);
+    let mut reader = pq.reader(1, &Default::default());
     let mut path = PathBuf::new();
     let mut out = Vec::new();
     for i in 0..source.len() {

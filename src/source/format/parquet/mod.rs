@@ -28,6 +28,7 @@
 //!
 //! `index.rs` opens files; `read.rs` reads their row groups.
 
+mod fields;
 mod index;
 mod read;
 
@@ -126,8 +127,28 @@ impl ParquetIndex {
     }
 
     /// A reader whose row groups cover a shuffle block of `block` samples.
-    pub(crate) fn reader(self: &Arc<Self>, block: usize) -> ParquetReader {
-        ParquetReader::new(self.clone(), block)
+    pub(crate) fn reader(
+        self: &Arc<Self>,
+        block: usize,
+        fields: &crate::fields::FieldSpecs,
+    ) -> ParquetReader {
+        ParquetReader::new(self.clone(), block, fields.clone())
+    }
+
+    /// Checks that the first file has a column for every field that is not optional (the
+    /// others are checked as they are read).
+    pub(crate) fn check_fields(&self, fields: &crate::fields::FieldSpecs) -> Result<(), Error> {
+        let Some(unit) = self.units.units.first() else {
+            return Ok(());
+        };
+        use parquet::file::reader::FileReader;
+        let name = unit.file.path.to_string_lossy().into_owned();
+        let reader = read::open_reader(&unit.file, &name)?;
+        let schema = reader.metadata().file_metadata().schema_descr_ptr();
+        for field in fields.iter().filter(|f| !f.is_optional()) {
+            fields::resolve(&schema, field.name()).map_err(|why| Error::source(&name, why))?;
+        }
+        Ok(())
     }
 
     /// What a reader holds: the row groups of a block, at most [`READER_BYTES`] (or one group

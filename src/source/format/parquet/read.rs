@@ -13,6 +13,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use super::index::group_labels;
 use super::{guarded, ParquetIndex, READER_BYTES};
 use crate::error::{DecodeFailure, Error};
+use crate::fields::{FieldData, FieldSpecs};
 use crate::source::format::{Reader, Sample, Step};
 use crate::source::storage::{Located, Place};
 
@@ -93,16 +94,19 @@ pub(crate) fn open_reader(
     })
 }
 
-/// One row group read whole: each row's image (`None`: null) and label.
+/// One row group read whole: each row's image (`None`: null) and label, and each field's
+/// values (or why the file has none).
 pub(crate) struct Group {
     images: Vec<Option<ByteArray>>,
     labels: Vec<u32>,
+    fields: Vec<Result<Vec<FieldData>, String>>,
     bytes: u64,
 }
 
 /// Reads rows of parquet files in any order (see the module doc of `parquet/`).
 pub(crate) struct ParquetReader {
     pq: Arc<ParquetIndex>,
+    fields: FieldSpecs,
     /// Row groups held, most recently used first, with their unit number.
     groups: Vec<(usize, Arc<Group>)>,
     /// The open file (its footer parsed) of the last group read.
@@ -123,9 +127,10 @@ fn changed(name: &Path, why: String) -> Error {
 }
 
 impl ParquetReader {
-    pub(crate) fn new(pq: Arc<ParquetIndex>, _block: usize) -> Self {
+    pub(crate) fn new(pq: Arc<ParquetIndex>, _block: usize, fields: FieldSpecs) -> Self {
         ParquetReader {
             pq,
+            fields,
             groups: Vec::new(),
             file: None,
             failed: None,
@@ -233,16 +238,29 @@ impl ParquetReader {
             let present = max_def == 0 || defs.get(r) == Some(&max_def);
             images.push(if present { values.next() } else { None });
         }
-        let bytes = images.iter().flatten().map(|v| v.len() as u64).sum();
+        let mut bytes: u64 = images.iter().flatten().map(|v| v.len() as u64).sum();
         let labels = match &columns.label {
             Some((leaf, column)) => {
                 group_labels(reader, *leaf, g, u64::from(unit.count), &file_name, column)?
             }
             None => vec![0; want],
         };
+        let schema = reader.metadata().file_metadata().schema_descr_ptr();
+        let mut fields = Vec::with_capacity(self.fields.len());
+        for field in self.fields.iter() {
+            fields.push(match super::fields::resolve(&schema, field.name()) {
+                Ok(leaf) => {
+                    let values = super::fields::read(&*group, &leaf, want).map_err(fail)?;
+                    bytes += values.iter().map(|v| v.bytes() as u64).sum::<u64>();
+                    Ok(values)
+                }
+                Err(why) => Err(why),
+            });
+        }
         Ok(Group {
             images,
             labels,
+            fields,
             bytes,
         })
     }
@@ -297,6 +315,18 @@ impl Reader for ParquetReader {
             )));
         }
         bytes.extend_from_slice(data);
-        Step::Done(Ok(Sample { bytes, label }))
+        let row = j as usize;
+        let fields = self
+            .fields
+            .collect(name, |k, field| match &group.fields[k] {
+                Ok(values) => Ok(values[row].clone()),
+                Err(_) if field.is_optional() => Ok(FieldData::Missing),
+                Err(why) => Err(Error::field(&*name, field.name(), why.clone())),
+            });
+        Step::Done(fields.map(|fields| Sample {
+            bytes,
+            label,
+            fields,
+        }))
     }
 }

@@ -175,13 +175,16 @@ pub(crate) fn index_shard<R: Read>(
     let mut key: Option<String> = None;
     let mut image: Option<(String, u64, u64)> = None;
     let mut label: Option<(String, u32, u64, u64)> = None;
+    let mut others: Vec<super::Other> = Vec::new();
     // Image members by name, for hard links to them: made at the first hard link.
     let mut linkable: Option<HashMap<String, (u64, u64)>> = None;
     let flush = |key: &mut Option<String>,
                  image: &mut Option<(String, u64, u64)>,
                  label: &mut Option<(String, u32, u64, u64)>,
+                 others: &mut Vec<super::Other>,
                  out: &mut Vec<Found>|
      -> Result<(), Error> {
+        let others = std::mem::take(others);
         match (image.take(), label.take()) {
             (Some((member, offset, len)), label) => out.push(Found {
                 member,
@@ -189,6 +192,7 @@ pub(crate) fn index_shard<R: Read>(
                 len,
                 label: label.as_ref().map(|l| l.1),
                 label_at: label.map(|l| (l.2, l.3)),
+                others,
             }),
             (None, Some((cls, ..))) => {
                 // A label whose image is not beside it: WebDataset groups a sample's members
@@ -321,7 +325,7 @@ pub(crate) fn index_shard<R: Read>(
             (offset, len)
         };
         if key.as_deref() != Some(member_key) {
-            flush(&mut key, &mut image, &mut label, &mut out)?;
+            flush(&mut key, &mut image, &mut label, &mut others, &mut out)?;
             key = Some(member_key.to_string());
         }
         if is_image {
@@ -358,6 +362,13 @@ pub(crate) fn index_shard<R: Read>(
                 ))
             })?;
             label = Some((member, parsed, offset, len));
+        } else if kind.is_file() && !others.iter().any(|o| &*o.ext == ext) {
+            // Another member of the sample: a field's value, read only if asked for.
+            others.push(super::Other {
+                ext: ext.into(),
+                offset,
+                len,
+            });
         }
     }
     if pending.any {
@@ -377,7 +388,7 @@ pub(crate) fn index_shard<R: Read>(
             )
         }));
     }
-    flush(&mut key, &mut image, &mut label, &mut out)?;
+    flush(&mut key, &mut image, &mut label, &mut others, &mut out)?;
     // A key met again further on is a second sample under the same name, perhaps with another
     // label (a file list refuses a path listed twice with two labels): refuse it by name.
     let mut keys: Vec<(&str, usize)> = out

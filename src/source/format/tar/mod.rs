@@ -101,6 +101,30 @@ pub(crate) struct Found {
     pub(crate) label: Option<u32>,
     /// Where its `.cls` member's data lies (offset, length).
     pub(crate) label_at: Option<(u64, u64)>,
+    /// Its other members (`KEY.txt`, `KEY.json`, …): extension, data offset, length.
+    pub(crate) others: Vec<Other>,
+}
+
+/// A sample's member that is neither its image nor its label: a field's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Other {
+    pub(crate) ext: Box<str>,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl Found {
+    /// Where the member of field `name` lies: an other member of that extension, or the
+    /// `.cls` member for `cls`.
+    pub(crate) fn member_of(&self, name: &str) -> Option<(u64, u64)> {
+        if let Some(o) = self.others.iter().find(|o| &*o.ext == name) {
+            return Some((o.offset, o.len));
+        }
+        if name == "cls" {
+            return self.label_at;
+        }
+        None
+    }
 }
 
 impl TarSet {
@@ -110,8 +134,12 @@ impl TarSet {
     }
 
     /// A reader whose shard tables cover a shuffle block of `block` samples.
-    pub(crate) fn reader(self: &Arc<Self>, block: usize) -> TarReader {
-        TarReader::new(self.clone(), block)
+    pub(crate) fn reader(
+        self: &Arc<Self>,
+        block: usize,
+        fields: &crate::fields::FieldSpecs,
+    ) -> TarReader {
+        TarReader::new(self.clone(), block, fields.clone())
     }
 
     /// What a reader holds: the tables of the shards of a block (about 64 bytes a sample).

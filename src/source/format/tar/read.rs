@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::{cls_label, scan_shard, too_large, Found, TarSet, BLOCK};
 use crate::error::Error;
+use crate::fields::{FieldData, FieldSpecs};
 use crate::source::format::units::{tables_for, Tables};
 use crate::source::format::{Reader, Sample, Step};
 use crate::source::storage::{Located, Place};
@@ -17,17 +18,19 @@ const MAX_GAP: u64 = 1 << 20;
 /// Reads samples of tar shards in any order (see the module doc of `tar/`).
 pub(crate) struct TarReader {
     set: Arc<TarSet>,
+    fields: FieldSpecs,
     tables: Tables<Vec<Found>>,
     /// Open local shards, most recently used first.
     files: Vec<(usize, std::fs::File)>,
 }
 
 impl TarReader {
-    pub(crate) fn new(set: Arc<TarSet>, block: usize) -> Self {
+    pub(crate) fn new(set: Arc<TarSet>, block: usize, fields: FieldSpecs) -> Self {
         let mean = set.units.len() / (set.units.units.len() as u64).max(1);
         let keep = tables_for(block, mean);
         TarReader {
             set,
+            fields,
             tables: Tables::new(keep),
             files: Vec::new(),
         }
@@ -56,21 +59,22 @@ impl TarReader {
     }
 }
 
-/// The byte ranges a sample's members are read in: one span from the first member's header to
-/// the last member's end where they lie together, else each member from its header.
-fn spans(m: &Found) -> Vec<(u64, u64)> {
-    let image = (m.offset - BLOCK, m.offset + m.len);
-    match m.label_at {
-        None => vec![image],
-        Some((at, n)) => {
-            let label = (at - BLOCK, at + n);
-            let (lo, hi) = (image.0.min(label.0), image.1.max(label.1));
-            if hi - lo <= m.len + n + 2 * BLOCK + MAX_GAP {
-                vec![(lo, hi)]
-            } else {
-                vec![image, label]
-            }
-        }
+/// The byte ranges a sample's members are read in (its image, its label, and the members of
+/// `wanted` fields): one span from the first member's header to the last member's end where
+/// they lie together, else each member from its header.
+fn spans(m: &Found, wanted: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let members: Vec<(u64, u64)> = std::iter::once((m.offset, m.len))
+        .chain(m.label_at)
+        .chain(wanted.iter().copied())
+        .map(|(at, n)| (at - BLOCK, at + n))
+        .collect();
+    let lo = members.iter().map(|s| s.0).min().unwrap_or(0);
+    let hi = members.iter().map(|s| s.1).max().unwrap_or(0);
+    let sum: u64 = members.iter().map(|s| s.1 - s.0).sum();
+    if hi - lo <= sum + MAX_GAP {
+        vec![(lo, hi)]
+    } else {
+        members
     }
 }
 
@@ -81,6 +85,7 @@ fn check(
     spans: &[(u64, u64)],
     mut read: Vec<Vec<u8>>,
     name: &Path,
+    fields: &FieldSpecs,
 ) -> Result<Sample, Error> {
     // The bytes of [at, at + len) from whichever span holds them.
     let find = |at: u64, len: u64| -> Option<(usize, usize, usize)> {
@@ -128,12 +133,24 @@ fn check(
             }
         }
     }
+    let fields = fields.collect(name, |_, field| {
+        let Some((at, n)) = m.member_of(field.name()) else {
+            return Ok(FieldData::Missing);
+        };
+        header(at, n)?;
+        let (s, from, len) = find(at, n).ok_or_else(|| changed(at, "no field member".into()))?;
+        Ok(FieldData::text_or_bytes(read[s][from..from + len].to_vec()))
+    })?;
     let (s, from, len) =
         find(m.offset, m.len).ok_or_else(|| changed(m.offset, "no image".into()))?;
     let mut bytes = std::mem::take(&mut read[s]);
     bytes.copy_within(from..from + len, 0);
     bytes.truncate(len);
-    Ok(Sample { bytes, label })
+    Ok(Sample {
+        bytes,
+        label,
+        fields,
+    })
 }
 
 /// Reads `len` bytes at `at` of a local file, or says where it ends.
@@ -183,7 +200,19 @@ impl Reader for TarReader {
         if m.len > limit {
             return Step::Done(Err(too_large(name, m.len, limit)));
         }
-        let spans = spans(m);
+        // The members of the fields asked for, each checked against its limit before it is
+        // read (a missing one is found missing by `check`).
+        let mut wanted = Vec::new();
+        for (field, field_limit) in self.fields.with_limits() {
+            if let Some((at, n)) = m.member_of(field.name()) {
+                if n > field_limit as u64 {
+                    let e = crate::fields::too_large(name, field.name(), n, field_limit);
+                    return Step::Done(Err(e));
+                }
+                wanted.push((at, n));
+            }
+        }
+        let spans = spans(m, &wanted);
         let file: Arc<Located> = self.set.units.units[k].file.clone();
         match &file.place {
             Place::Local(path) => {
@@ -194,7 +223,7 @@ impl Reader for TarReader {
                         .map(|&(lo, hi)| pread(f, lo, hi - lo, name))
                         .collect::<Result<Vec<_>, Error>>()
                 })();
-                Step::Done(read.and_then(|read| check(m, &spans, read, name)))
+                Step::Done(read.and_then(|read| check(m, &spans, read, name, &self.fields)))
             }
             Place::Memory(bytes) => {
                 let read = spans
@@ -211,11 +240,17 @@ impl Reader for TarReader {
                             })
                     })
                     .collect::<Result<Vec<_>, Error>>();
-                Step::Done(read.and_then(|read| check(m, &spans, read, name)))
+                Step::Done(read.and_then(|read| check(m, &spans, read, name, &self.fields)))
             }
             #[cfg(feature = "remote")]
             Place::Remote { store, key } => {
-                let (store, key, m, name) = (store.clone(), key.clone(), m.clone(), name.clone());
+                let (store, key, m, name, fields) = (
+                    store.clone(),
+                    key.clone(),
+                    m.clone(),
+                    name.clone(),
+                    self.fields.clone(),
+                );
                 Step::Pending(Box::pin(async move {
                     let mut read = Vec::with_capacity(spans.len());
                     for &(lo, hi) in &spans {
@@ -225,7 +260,7 @@ impl Reader for TarReader {
                         })?;
                         read.push(bytes.to_vec());
                     }
-                    check(&m, &spans, read, &name)
+                    check(&m, &spans, read, &name, &fields)
                 }))
             }
         }

@@ -12,9 +12,43 @@ pub(crate) fn sidecar_name(shard: &str) -> String {
     format!("{shard}.idx")
 }
 
-/// The first word of a sidecar index. Version 2 added where each label member lies; a
-/// version 1 sidecar is ignored (the shard is indexed by reading it), with a warning.
-const SIDECAR_MAGIC: &str = "imagefeed-tar-index-v2";
+/// The first word of a sidecar index. Version 2 added where each label member lies, version 3
+/// each sample's other members (its fields); an older sidecar is ignored (the shard is
+/// indexed by reading it), with a warning.
+const SIDECAR_MAGIC: &str = "imagefeed-tar-index-v3";
+
+/// A sidecar line's column of other members: `EXT:OFFSET:LENGTH` joined by `/` (no extension
+/// holds a `/`), or `-`. Members whose extension holds a tab, `:` or a line break are left
+/// out (the shard is then indexed by reading it, see `write_sidecar`).
+fn sidecar_others(f: &Found) -> String {
+    if f.others.is_empty() {
+        return "-".into();
+    }
+    f.others
+        .iter()
+        .map(|o| format!("{}:{}:{}", o.ext, o.offset, o.len))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn parse_others(text: &str) -> Option<Vec<super::Other>> {
+    if text == "-" {
+        return Some(Vec::new());
+    }
+    text.split('/')
+        .map(|o| {
+            let mut p = o.rsplitn(3, ':');
+            let len = p.next()?.parse().ok()?;
+            let offset = p.next()?.parse().ok()?;
+            let ext = p.next()?;
+            (!ext.is_empty()).then(|| super::Other {
+                ext: ext.into(),
+                offset,
+                len,
+            })
+        })
+        .collect()
+}
 
 /// A sidecar line's label columns: `LABEL\tOFFSET\tLENGTH` of the `.cls` member, or
 /// `-\t-\t-`.
@@ -38,7 +72,11 @@ pub(super) fn write_sidecar(shard: &Path, found: &[Found]) -> Result<(), Error> 
     let mut text = format!("{SIDECAR_MAGIC} size={size} samples={}\n", found.len());
     for f in found {
         let label = sidecar_label(f);
-        text.push_str(&format!("{}\t{}\t{label}\t{}\n", f.offset, f.len, f.member));
+        let others = sidecar_others(f);
+        text.push_str(&format!(
+            "{}\t{}\t{label}\t{others}\t{}\n",
+            f.offset, f.len, f.member
+        ));
     }
     // Write it only if it says what indexing the shard finds (and parses back).
     let f = std::fs::File::open(shard).map_err(|e| Error::io(shard, e))?;
@@ -51,8 +89,8 @@ pub(super) fn write_sidecar(shard: &Path, found: &[Found]) -> Result<(), Error> 
     let same = |a: &[Found], b: &[Found]| {
         a.len() == b.len()
             && a.iter().zip(b).all(|(x, y)| {
-                (x.offset, x.len, x.label, x.label_at, &x.member)
-                    == (y.offset, y.len, y.label, y.label_at, &y.member)
+                (x.offset, x.len, x.label, x.label_at, &x.member, &x.others)
+                    == (y.offset, y.len, y.label, y.label_at, &y.member, &y.others)
             })
     };
     let parsed = parse_sidecar(text.as_bytes(), size).unwrap_or_default();
@@ -86,7 +124,7 @@ pub(crate) fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String
         Some(SIDECAR_MAGIC) => {}
         Some(w) if w.starts_with("imagefeed-tar-index-v") => {
             return Err(format!(
-                "`{}`, an older format without the label members' places: run `imagefeed shards` again to rewrite it",
+                "`{}`, an older format without the places of the label and other members: rewrite the shards with `imagefeed shards`, or delete it",
                 w.escape_debug()
             ))
         }
@@ -108,7 +146,7 @@ pub(crate) fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String
     let mut end = 0u64;
     for (n, line) in lines.enumerate() {
         let bad = || format!("line {}: malformed", n + 2);
-        let mut parts = line.splitn(6, '\t');
+        let mut parts = line.splitn(7, '\t');
         let mut number =
             || -> Result<u64, String> { parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad) };
         let (offset, len) = (number()?, number()?);
@@ -122,6 +160,7 @@ pub(crate) fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String
             }
             _ => return Err(bad()),
         };
+        let others = parts.next().and_then(parse_others).ok_or_else(bad)?;
         let member = parts.next().ok_or_else(bad)?;
         if member.len() > MAX_MEMBER_NAME_BYTES {
             return Err(format!(
@@ -150,12 +189,20 @@ pub(crate) fn parse_sidecar(data: &[u8], size: u64) -> Result<Vec<Found>, String
         } else {
             end = image_end;
         }
+        for o in &others {
+            let other_end = o.offset.checked_add(o.len).ok_or_else(out_of_place)?;
+            if o.offset < BLOCK || other_end > size {
+                return Err(out_of_place());
+            }
+            end = end.max(other_end);
+        }
         out.push(Found {
             member,
             offset,
             len,
             label,
             label_at,
+            others,
         });
     }
     if out.len() as u64 != samples {
@@ -180,6 +227,11 @@ mod tests {
                 len: 700,
                 label: Some(3),
                 label_at: Some((2048, 1)),
+                others: vec![super::super::Other {
+                    ext: "txt".into(),
+                    offset: 1536,
+                    len: 5,
+                }],
             },
             Found {
                 member: "000000002.png".into(),
@@ -187,12 +239,17 @@ mod tests {
                 len: 10,
                 label: None,
                 label_at: None,
+                others: Vec::new(),
             },
         ];
         let mut text = format!("{SIDECAR_MAGIC} size=4096 samples=2\n");
         for f in &found {
             let l = sidecar_label(f);
-            text.push_str(&format!("{}\t{}\t{l}\t{}\n", f.offset, f.len, f.member));
+            let o = sidecar_others(f);
+            text.push_str(&format!(
+                "{}\t{}\t{l}\t{o}\t{}\n",
+                f.offset, f.len, f.member
+            ));
         }
         let back = parse_sidecar(text.as_bytes(), 4096).unwrap();
         assert_eq!(back.len(), 2);
@@ -201,6 +258,7 @@ mod tests {
             (Some(3), Some((2048, 1)))
         );
         assert_eq!((back[1].offset, back[1].label), (3072, None));
+        assert_eq!(back[0].others, found[0].others);
         let old = text.replace(SIDECAR_MAGIC, "imagefeed-tar-index-v1");
         assert!(parse_sidecar(old.as_bytes(), 4096)
             .unwrap_err()

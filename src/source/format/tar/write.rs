@@ -122,6 +122,7 @@ pub fn write_shards(
                     len: data.len() as u64,
                     label: Some(label),
                     label_at: Some((at + 512, text.len() as u64)),
+                    others: Vec::new(),
                 });
                 append(
                     &mut builder,

@@ -112,6 +112,8 @@ pub(crate) struct Value {
     /// The first bytes value: (offset in the payload, length).
     pub(crate) first_bytes: Option<(u64, u64)>,
     pub(crate) first_int: Option<i64>,
+    /// Where the value's (last) list message lies: (offset in the payload, length).
+    pub(crate) list_at: Option<(u64, u64)>,
 }
 
 /// The values of the keys looked for, in the order given, and up to 8 of the keys met (for
@@ -217,6 +219,7 @@ fn feature(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
         }
         want(wt, 2, "a feature's list")?;
         let sub = sub_end(w, end)?;
+        let list_at = (w.pos(), sub - w.pos());
         let kind = field as u8;
         if value.kind != kind {
             // A oneof set to another field starts over.
@@ -226,9 +229,80 @@ fn feature(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {
                 ..Value::default()
             };
         }
+        value.list_at = Some(list_at);
         list(w, sub, value)?;
     }
     Ok(())
+}
+
+/// The values of a feature found by `walk` in `payload`, as a field's: a `bytes_list` of one
+/// value (text where UTF-8), an `int64_list`, a `float_list`; missing where the record has no
+/// such feature or it is empty.
+pub(crate) fn field_value(payload: &[u8], v: &Value) -> Result<crate::fields::FieldData, String> {
+    use crate::fields::FieldData;
+    let (Some((at, len)), true) = (v.list_at, v.present) else {
+        return Ok(FieldData::Missing);
+    };
+    let mut w = Slice {
+        bytes: payload,
+        at: at as usize,
+    };
+    let end = at + len;
+    let (mut bytes, mut ints, mut floats) = (Vec::new(), Vec::new(), Vec::new());
+    let fault = |f: Fault| match f {
+        Fault::Bad(why) => why,
+        Fault::Io(e) => e.to_string(),
+    };
+    while w.pos() < end {
+        let (field, wt) = tag(&mut w, end).map_err(fault)?;
+        if field != 1 {
+            skip_field(&mut w, field, wt, end, 0).map_err(fault)?;
+            continue;
+        }
+        match (v.kind, wt) {
+            (1, 2) => {
+                let n = length(&mut w, end).map_err(fault)? as usize;
+                bytes.push(payload[w.at..w.at + n].to_vec());
+                w.at += n;
+            }
+            (2, 5) => {
+                let b: [u8; 4] = payload[w.at..w.at + 4]
+                    .try_into()
+                    .map_err(|_| "a float cut short")?;
+                floats.push(f32::from_le_bytes(b));
+                w.at += 4;
+            }
+            (2, 2) => {
+                let n = length(&mut w, end).map_err(fault)? as usize;
+                for c in payload[w.at..w.at + n].chunks_exact(4) {
+                    floats.push(f32::from_le_bytes(c.try_into().expect("4 bytes")));
+                }
+                w.at += n;
+            }
+            (3, 0) => ints.push(number(&mut w, end).map_err(fault)? as i64),
+            (3, 2) => {
+                let n = length(&mut w, end).map_err(fault)?;
+                let packed_end = w.pos() + n;
+                while w.pos() < packed_end {
+                    ints.push(number(&mut w, packed_end).map_err(fault)? as i64);
+                }
+            }
+            (_, wt) => return Err(format!("a list value of wire type {wt}")),
+        }
+    }
+    Ok(match v.kind {
+        1 if bytes.is_empty() => FieldData::Missing,
+        1 if bytes.len() == 1 => FieldData::text_or_bytes(bytes.pop().unwrap_or_default()),
+        1 => {
+            return Err(format!(
+                "a bytes list of {} values; a field is one",
+                bytes.len()
+            ))
+        }
+        2 => FieldData::Floats(floats),
+        3 => FieldData::Ints(ints),
+        _ => FieldData::Missing,
+    })
 }
 
 fn list(w: &mut dyn Wire, end: u64, value: &mut Value) -> Result<(), Fault> {

@@ -129,8 +129,12 @@ impl TfRecordSet {
     }
 
     /// A reader whose file tables cover a shuffle block of `block` samples.
-    pub(crate) fn reader(self: &Arc<Self>, block: usize) -> read::TfRecordReader {
-        read::TfRecordReader::new(self.clone(), block)
+    pub(crate) fn reader(
+        self: &Arc<Self>,
+        block: usize,
+        fields: &crate::fields::FieldSpecs,
+    ) -> read::TfRecordReader {
+        read::TfRecordReader::new(self.clone(), block, fields.clone())
     }
 
     /// What a reader holds: the tables of the files of a block (about 40 bytes a record).
@@ -799,8 +803,9 @@ fn index_plain(
             &keys,
             image_keys.len(),
             Path::new(name),
+            &Default::default(),
         );
-        if let (Ok((_, label)), None) = (&read, &f.bad) {
+        if let (Ok((_, label, _)), None) = (&read, &f.bad) {
             assert_eq!(
                 *label,
                 f.label.unwrap_or(0),
@@ -810,7 +815,7 @@ fn index_plain(
         if f.bad.is_some() && masked_crc(&bytes[at + 12..end]) == crc {
             assert!(read.is_err(), "a record the index found bad was read");
         }
-        out.push(read.map(|(image, label)| (image.len(), label)));
+        out.push(read.map(|(image, label, _)| (image.len(), label)));
     }
     Ok(out)
 }

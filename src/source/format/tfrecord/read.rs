@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::{masked_crc, pick, walk, Fault, Found, Problem, Slice, TfRecordSet};
 use crate::error::{DecodeFailure, Error};
+use crate::fields::{FieldSpecs, SampleFields};
 use crate::source::format::units::{tables_for, Tables};
 use crate::source::format::{Reader, Sample, Step};
 use crate::source::storage::Place;
@@ -21,6 +22,7 @@ pub(crate) struct Table {
 /// Reads records of TFRecord files in any order (see the module doc of `tfrecord/`).
 pub(crate) struct TfRecordReader {
     set: Arc<TfRecordSet>,
+    fields: FieldSpecs,
     tables: Tables<Table>,
     /// Open local files, most recently used first.
     files: Vec<(usize, std::fs::File)>,
@@ -57,7 +59,8 @@ pub(crate) fn extract(
     keys: &[&str],
     image_count: usize,
     name: &Path,
-) -> Result<(Vec<u8>, u32), Error> {
+    fields: &FieldSpecs,
+) -> Result<(Vec<u8>, u32, SampleFields), Error> {
     let fail = |why: String| Error::decode(name, DecodeFailure(why));
     if masked_crc(&payload) != crc {
         return Err(fail(
@@ -77,21 +80,32 @@ pub(crate) fn extract(
             }
         ))
     })?;
-    let sample =
-        pick(&walked, &keys[..image_count], &keys[image_count..]).map_err(|p| match p {
-            Problem::Record(why) | Problem::Label(why) => fail(why),
-        })?;
+    // The fields' keys are the last ones.
+    let first_field = keys.len() - fields.len();
+    let sample = pick(
+        &walked,
+        &keys[..image_count],
+        &keys[image_count..first_field],
+    )
+    .map_err(|p| match p {
+        Problem::Record(why) | Problem::Label(why) => fail(why),
+    })?;
+    let found = fields.collect(name, |k, field| {
+        super::example::field_value(&payload, &walked.values[first_field + k])
+            .map_err(|why| Error::field(name, field.name(), why))
+    })?;
     let (at, len) = sample.image;
     let (at, len) = (at as usize, len as usize);
     payload.copy_within(at..at + len, 0);
     payload.truncate(len);
-    Ok((payload, sample.label.unwrap_or(0)))
+    Ok((payload, sample.label.unwrap_or(0), found))
 }
 
 impl TfRecordReader {
-    pub(crate) fn new(set: Arc<TfRecordSet>, block: usize) -> Self {
+    pub(crate) fn new(set: Arc<TfRecordSet>, block: usize, fields: FieldSpecs) -> Self {
         let mean = set.units.len() / (set.units.units.len() as u64).max(1);
         TfRecordReader {
+            fields,
             tables: Tables::new(tables_for(block, mean)),
             set,
             files: Vec::new(),
@@ -127,6 +141,7 @@ fn frame(
     record: &Found,
     mut bytes: Vec<u8>,
     name: &Path,
+    fields: &FieldSpecs,
 ) -> Result<Sample, Error> {
     let len = record.len as usize;
     let head: [u8; 12] = bytes[..12].try_into().expect("a frame header");
@@ -153,8 +168,9 @@ fn frame(
         .iter()
         .chain(&set.label_keys)
         .map(String::as_str)
+        .chain(fields.names())
         .collect();
-    let (image, label) = extract(bytes, crc, &keys, set.image_keys.len(), name)?;
+    let (image, label, fields) = extract(bytes, crc, &keys, set.image_keys.len(), name, fields)?;
     let want = record.label.unwrap_or(0);
     if label != want {
         return Err(changed(
@@ -165,6 +181,7 @@ fn frame(
     Ok(Sample {
         bytes: image,
         label,
+        fields,
     })
 }
 
@@ -225,7 +242,7 @@ impl Reader for TfRecordReader {
         let whole = 16 + record.len;
         if let Some(inflated) = &table.inflated {
             let read = pread(inflated, record.offset, whole, name);
-            return Step::Done(read.and_then(|b| frame(&self.set, &record, b, name)));
+            return Step::Done(read.and_then(|b| frame(&self.set, &record, b, name, &self.fields)));
         }
         let file = self.set.units.units[k].file.clone();
         match &file.place {
@@ -233,24 +250,29 @@ impl Reader for TfRecordReader {
                 let read = self
                     .file(k, path)
                     .and_then(|f| pread(f, record.offset, whole, name));
-                Step::Done(read.and_then(|b| frame(&self.set, &record, b, name)))
+                Step::Done(read.and_then(|b| frame(&self.set, &record, b, name, &self.fields)))
             }
             Place::Memory(bytes) => {
                 let read = bytes
                     .get(record.offset as usize..(record.offset + whole) as usize)
                     .map(<[u8]>::to_vec)
                     .ok_or_else(|| changed(name, "the record runs past the file's end".into()));
-                Step::Done(read.and_then(|b| frame(&self.set, &record, b, name)))
+                Step::Done(read.and_then(|b| frame(&self.set, &record, b, name, &self.fields)))
             }
             #[cfg(feature = "remote")]
             Place::Remote { store, key } => {
-                let (store, key, name, set) =
-                    (store.clone(), key.clone(), name.clone(), self.set.clone());
+                let (store, key, name, set, fields) = (
+                    store.clone(),
+                    key.clone(),
+                    name.clone(),
+                    self.set.clone(),
+                    self.fields.clone(),
+                );
                 Step::Pending(Box::pin(async move {
                     let bytes = store
                         .get_range_async(&key, record.offset, record.offset + whole)
                         .await?;
-                    frame(&set, &record, bytes.to_vec(), &name)
+                    frame(&set, &record, bytes.to_vec(), &name, &fields)
                 }))
             }
         }
