@@ -485,7 +485,7 @@ impl LoaderBuilder {
     pub fn build(mut self) -> Result<Loader, Error> {
         self.cfg.fields = self.cfg.field_specs();
         let cfg = &self.cfg;
-        cfg.validate(self.source.len())?;
+        cfg.validate(self.source.epoch_len())?;
         self.source.check_fields(&cfg.fields)?;
         if cfg.shuffle.streamed && cfg.shuffle.block() <= 1 {
             log::info!(

@@ -131,7 +131,9 @@ pub use source::format::tar::{write_shards, ShardsWritten};
 #[cfg(feature = "parquet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
 pub use source::ParquetOptions;
-pub use source::{RemoteOptions, Source, SourceKind, TfRecordOptions};
+pub use source::{
+    Exhausted, Mix, MixEnd, MixLabels, RemoteOptions, Source, SourceKind, TfRecordOptions,
+};
 pub use stats::Stats;
 pub use transform::{ResizeFilter, ResizeMode, Transform};
 

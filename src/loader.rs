@@ -317,9 +317,10 @@ impl Loader {
         self.stats.snapshot()
     }
 
-    /// The number of samples in the source.
+    /// The samples an epoch of the source holds (before sharding): the source's, or a
+    /// mixture's epoch ([`Source::epoch_len`]).
     pub fn len(&self) -> usize {
-        self.source.len()
+        self.source.epoch_len()
     }
 
     /// True if the source is empty (never the case for a built loader).

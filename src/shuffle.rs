@@ -151,6 +151,12 @@ fn key(seed: u64, epoch: u64, purpose: u64, number: u64) -> u64 {
 const PURPOSE_WHOLE: u64 = 1;
 const PURPOSE_UNITS: u64 = 2;
 const PURPOSE_BLOCK: u64 = 3;
+const PURPOSE_MIX: u64 = 4;
+
+/// A seed for part `n` of something seeded by `seed` (a mixture's sources and blocks).
+pub(crate) fn mix_seed(seed: u64, n: u64) -> u64 {
+    key(seed, n, PURPOSE_MIX, 0)
+}
 
 /// `0..len` mixed within consecutive blocks, each block with its own key: blocks of `block`
 /// positions (the last one shorter), or those that start at `starts`; `block <= 1` without
@@ -242,6 +248,8 @@ enum Layout {
         parts: u64,
         blocks: Vec<Option<Vec<u64>>>,
     },
+    /// A mixture of sources (`source/mix.rs`).
+    Mix(Box<crate::source::mix::MixOrder>),
 }
 
 impl Order {
@@ -302,6 +310,23 @@ impl Order {
         }
     }
 
+    /// The order of `epoch` over a mixture.
+    pub(crate) fn mix(
+        set: &crate::source::mix::MixSet,
+        settings: &ShuffleSettings,
+        seed: u64,
+        epoch: u64,
+    ) -> Self {
+        let order = crate::source::mix::MixOrder::new(set, settings, seed, epoch);
+        Order {
+            n: order.len(),
+            seed,
+            epoch,
+            block: 0,
+            layout: Layout::Mix(Box::new(order)),
+        }
+    }
+
     /// Positions in the order (the source's samples).
     pub(crate) fn len(&self) -> usize {
         self.n as usize
@@ -311,6 +336,7 @@ impl Order {
     pub(crate) fn heap_bytes(&self) -> u64 {
         match &self.layout {
             Layout::Random { .. } => 0,
+            Layout::Mix(_) => 0,
             Layout::Streams {
                 units,
                 starts,
@@ -329,6 +355,7 @@ impl Order {
         debug_assert!(q < self.n);
         match &self.layout {
             Layout::Random { whole: Some(p) } => p.at(q) as u32,
+            Layout::Mix(m) => m.at(q) as u32,
             Layout::Random { whole: None } => self.blocks(self.n, 0, None).at(q) as u32,
             Layout::Streams {
                 units,

@@ -28,6 +28,7 @@ pub(crate) struct Batcher {
     field_names: Arc<[String]>,
     labels: Vec<u32>,
     indices: Vec<u64>,
+    sources: Vec<u32>,
     padded: Vec<bool>,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     /// Whether the next full batch is written on the pool.
@@ -50,6 +51,7 @@ impl Batcher {
             field_names: Arc::from(Vec::new()),
             labels: Vec::with_capacity(format.batch_size),
             indices: Vec::with_capacity(format.batch_size),
+            sources: Vec::with_capacity(format.batch_size),
             padded: Vec::with_capacity(format.batch_size),
             pool,
             parallel: true,
@@ -75,13 +77,14 @@ impl Batcher {
     pub(crate) fn add(
         &mut self,
         pixels: Vec<u8>,
-        (label, index, padded): (u32, u64, bool),
+        (label, (source, index), padded): (u32, (u32, u64), bool),
         fields: &SampleFields,
         fresh: impl FnOnce() -> BatchParts,
         mut recycle: impl FnMut(Vec<u8>),
     ) -> Option<BatchParts> {
         self.labels.push(label);
         self.indices.push(index);
+        self.sources.push(source);
         self.padded.push(padded);
         for (store, value) in self.fields.iter_mut().zip(&fields.0) {
             store.push(value);
@@ -124,6 +127,8 @@ impl Batcher {
         parts.labels.append(&mut self.labels);
         parts.indices.clear();
         parts.indices.append(&mut self.indices);
+        parts.sources.clear();
+        parts.sources.append(&mut self.sources);
         parts.padded.clear();
         parts.padded.append(&mut self.padded);
         parts.skipped.clear();

@@ -45,6 +45,8 @@ pub struct OwnedBatch {
     pub indices: Vec<u64>,
     /// Whether each image is a padding copy ([`Batch::padded`]).
     pub padded: Vec<bool>,
+    /// Each image's source in a mixture ([`Batch::sources`]).
+    pub sources: Vec<u32>,
     /// Each field's values ([`Batch::field`]), in the order the loader was asked for them.
     pub fields: Vec<crate::fields::OwnedField>,
     /// `[n, height, width, 3]` (NHWC) or `[n, 3, height, width]` (NCHW).
@@ -202,6 +204,13 @@ impl Batch {
         &self.parts().padded
     }
 
+    /// Each sample's source: in a mixture ([`Mix`](crate::Mix)), its number (from 0, in the
+    /// order the sources were given), its index in that source being in
+    /// [`indices`](Self::indices); 0 for a loader of one source.
+    pub fn sources(&self) -> &[u32] {
+        &self.parts().sources
+    }
+
     /// The skipped samples this batch's positions covered (counted once it is delivered).
     pub(crate) fn take_skipped(&mut self) -> Vec<(std::path::PathBuf, String)> {
         self.parts
@@ -355,6 +364,7 @@ impl Batch {
             labels: parts.labels,
             indices: parts.indices,
             padded: parts.padded,
+            sources: parts.sources,
             fields,
             shape,
             epoch,
@@ -524,7 +534,7 @@ mod tests {
             let mut recycled = 0;
             for i in 0..n {
                 let px = vec![(i % 256) as u8; 3];
-                if let Some(p) = b.add(px, (i as u32, i as u64, false), &Default::default(), || BatchParts::new(Dtype::U8, bs, 3), |_| recycled += 1) {
+                if let Some(p) = b.add(px, (i as u32, (0, i as u64), false), &Default::default(), || BatchParts::new(Dtype::U8, bs, 3), |_| recycled += 1) {
                     batches.push(p);
                 }
             }

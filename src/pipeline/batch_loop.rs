@@ -76,10 +76,12 @@ impl Sink<'_> {
             }
         }
         self.batch_skips.append(&mut self.skips);
+        // A mixture's index: its source's number and its index there.
+        let source_index = self.epoch.source.split_index(u64::from(index));
         let full = self.timed(|batcher, fresh, recycle| {
             batcher.add(
                 pixels,
-                (label, u64::from(index), padded),
+                (label, source_index, padded),
                 fields,
                 fresh,
                 recycle,

@@ -56,6 +56,7 @@ pub(super) fn normalize_loop(
         let n = from.labels.len();
         std::mem::swap(&mut parts.labels, &mut from.labels);
         std::mem::swap(&mut parts.indices, &mut from.indices);
+        std::mem::swap(&mut parts.sources, &mut from.sources);
         std::mem::swap(&mut parts.padded, &mut from.padded);
         std::mem::swap(&mut parts.skipped, &mut from.skipped);
         std::mem::swap(&mut parts.fields, &mut from.fields);

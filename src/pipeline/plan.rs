@@ -42,6 +42,9 @@ pub(crate) struct Split {
 
 /// The epoch's global order, laid out for `world` ranks where the source is read as streams.
 pub(crate) fn global_order(cfg: &Config, source: &Source, epoch: u64, world: usize) -> Order {
+    if let crate::source::Backing::Mix(m) = &source.backing {
+        return Order::mix(m, &cfg.shuffle, cfg.seed, epoch);
+    }
     match source.backing.streams() {
         Some(streams) => Order::streams(&streams, world, &cfg.shuffle, cfg.seed, epoch),
         None => Order::random(source.len(), &cfg.shuffle, cfg.seed, epoch),
@@ -152,7 +155,7 @@ impl Plan {
 
 /// The number of positions `split` still has of an epoch over a source of `len` samples.
 pub(crate) fn split_len(source: &Source, split: Split) -> usize {
-    let n = source.len();
+    let n = source.epoch_len();
     n - usize::try_from(split.base).unwrap_or(usize::MAX).min(n)
 }
 

@@ -327,6 +327,8 @@ pub(crate) struct BatchParts {
     pub(crate) storage: BatchStorage,
     pub(crate) labels: Vec<u32>,
     pub(crate) indices: Vec<u64>,
+    /// Each image's source in a mixture (0 otherwise).
+    pub(crate) sources: Vec<u32>,
     /// Whether each image is a padding copy (a stand-in for a skipped sample, or a repeat that
     /// evens out the ranks' shares).
     pub(crate) padded: Vec<bool>,
@@ -346,6 +348,7 @@ impl BatchParts {
             storage: BatchStorage::new(dtype, batch_size * sample_len),
             labels: Vec::with_capacity(batch_size),
             indices: Vec::with_capacity(batch_size),
+            sources: Vec::with_capacity(batch_size),
             padded: Vec::with_capacity(batch_size),
             skipped: Vec::new(),
             staged: None,

@@ -19,6 +19,7 @@
 mod containers;
 pub(crate) mod format;
 pub(crate) mod index;
+pub(crate) mod mix;
 pub(crate) mod storage;
 #[cfg(feature = "remote")]
 mod url;
@@ -37,6 +38,7 @@ pub use format::tfrecord::TfRecordOptions;
 pub(crate) use format::Backing;
 use format::{dir as walk, tar as shards};
 pub(crate) use index::{check_count, os_to_bytes, FileIndex};
+pub use mix::{Exhausted, Mix, MixEnd, MixLabels};
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
 /// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
@@ -71,6 +73,8 @@ pub enum SourceKind {
     /// Rows of parquet files (the Hugging Face `datasets` layout), each row group read as one
     /// stream.
     Parquet,
+    /// A mixture of sources in set proportions ([`Mix`]).
+    Mixture,
 }
 
 /// Objects of a store, one a sample.
@@ -571,6 +575,10 @@ impl Source {
     /// # Ok(()) }
     /// ```
     pub fn fingerprint(&self, hasher: &mut impl std::hash::Hasher, with_stamps: bool) {
+        if let Backing::Mix(m) = &self.backing {
+            m.fingerprint(hasher, with_stamps);
+            return;
+        }
         if let Some(units) = self.backing.units() {
             // A source read as streams: what identifies its samples is its units' names,
             // counts and (stamped) sizes and times; its labels live in the units' bytes.
@@ -644,11 +652,36 @@ impl Source {
         Some((name, label.unwrap_or(0)))
     }
 
-    /// The number of samples.
+    /// The number of samples: a mixture's, those of its sources together (an epoch of it
+    /// delivers [`epoch_len`](Self::epoch_len)).
     pub fn len(&self) -> usize {
+        if let Backing::Mix(m) = &self.backing {
+            return m.len() as usize;
+        }
         match self.backing.units() {
             Some(units) => units.len() as usize,
             None => self.index.len(),
+        }
+    }
+
+    /// Samples an epoch of this source delivers (before sharding): [`len`](Self::len), or a
+    /// mixture's epoch ([`Mix`]).
+    pub fn epoch_len(&self) -> usize {
+        match &self.backing {
+            Backing::Mix(m) => usize::try_from(m.epoch_len).unwrap_or(usize::MAX),
+            _ => self.len(),
+        }
+    }
+
+    /// For a mixture, the source of index `i` (numbered from 0) and `i`'s index in it; else
+    /// `(0, i)`.
+    pub(crate) fn split_index(&self, i: u64) -> (u32, u64) {
+        match &self.backing {
+            Backing::Mix(m) => {
+                let (s, j) = m.part_of(i);
+                (s as u32, j)
+            }
+            _ => (0, i),
         }
     }
 
@@ -664,6 +697,10 @@ impl Source {
         if i >= self.len() {
             return None;
         }
+        if let Backing::Mix(m) = &self.backing {
+            let (s, j) = m.part_of(i as u64);
+            return m.parts[s].source.path(j as usize);
+        }
         if self.backing.units().is_some() {
             return self.sample_of(i).map(|(name, _)| name);
         }
@@ -675,6 +712,14 @@ impl Source {
     pub fn label(&self, i: usize) -> Option<u32> {
         if i >= self.len() {
             return None;
+        }
+        if let Backing::Mix(m) = &self.backing {
+            let (s, j) = m.part_of(i as u64);
+            let part = &m.parts[s];
+            return part
+                .source
+                .label(j as usize)
+                .map(|l| l.saturating_add(part.label_offset));
         }
         if self.backing.units().is_some() {
             return self.sample_of(i).map(|(_, label)| label);
@@ -689,6 +734,9 @@ impl Source {
 
     /// The largest label plus one.
     pub fn num_classes(&self) -> u32 {
+        if let Backing::Mix(m) = &self.backing {
+            return m.num_classes();
+        }
         match self.backing.units() {
             Some(units) => units.num_classes,
             None => self.index.num_classes(),
@@ -719,6 +767,12 @@ impl Source {
                 "objects in object storage carry no per-sample fields; pack them as tar shards \
                  (`imagefeed shards`) with the fields as members",
             )),
+            Backing::Mix(m) => {
+                for p in &m.parts {
+                    p.source.check_fields(fields)?;
+                }
+                Ok(())
+            }
         }
     }
 

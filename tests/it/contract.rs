@@ -35,7 +35,27 @@ enum Kind {
     Tar,
     Parquet,
     TfRecord,
+    /// A mixture of a list (the first half of the samples) and tar shards (the rest).
+    Mix,
 }
+
+/// A mixture's settings: the two weights, an epoch size (else the end it says), and whether
+/// an exhausted source repeats.
+#[derive(Debug, Clone, Copy)]
+struct MixSpec {
+    weights: (u8, u8),
+    epoch_size: Option<usize>,
+    ends_last: bool,
+    repeat: bool,
+}
+
+/// The mixture settings of a scenario that is not a mixture.
+const NO_MIX: MixSpec = MixSpec {
+    weights: (1, 1),
+    epoch_size: None,
+    ends_last: false,
+    repeat: true,
+};
 
 /// One run of some ranks: from a fresh epoch or the previous run's state, each rank stops
 /// after `steps` batches (`None`: at the end).
@@ -50,6 +70,7 @@ struct Run {
 #[derive(Debug, Clone)]
 struct Scenario {
     kind: Kind,
+    mix: MixSpec,
     n: usize,
     /// Samples a shard (tar, parquet row group, TFRecord file).
     unit: usize,
@@ -113,6 +134,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             2 => Just(Kind::Tar),
             1 => Just(Kind::Parquet),
             1 => Just(Kind::TfRecord),
+            2 => Just(Kind::Mix),
         ],
         0usize..=200,
         1usize..=40,
@@ -132,13 +154,31 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop_oneof![3 => Just(0.0), 1 => Just(0.1)],
         runs(4),
         proptest::option::of(runs(3)),
+        (
+            (1u8..=4, 1u8..=4),
+            proptest::option::of(1usize..=300),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(weights, epoch_size, ends_last, repeat)| MixSpec {
+                weights,
+                epoch_size,
+                ends_last,
+                repeat,
+            }),
     );
     (shape, settings, faults).prop_flat_map(
         |(
             (kind, n, unit, batch),
             (drop_remainder, padding, shuffle, block, skip, seed),
-            (p, q, e0, e1),
+            (p, q, e0, e1, mix),
         )| {
+            // A mixture needs a sample in each of its two sources.
+            let kind = if kind == Kind::Mix && n < 2 {
+                Kind::List
+            } else {
+                kind
+            };
             let every = move |p: f64| -> BoxedStrategy<BTreeSet<u32>> {
                 if p >= 1.0 {
                     Just((0..n as u32).collect()).boxed()
@@ -153,6 +193,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             };
             (every(p), every(q)).prop_map(move |(permanent, transient)| Scenario {
                 kind,
+                mix,
                 n,
                 unit,
                 batch,
@@ -312,9 +353,29 @@ fn open_source(s: &Scenario) -> Result<(Source, tempfile::TempDir), imagefeed::E
     let list = || Source::from_entries((0..s.n).map(|i| (tiny.clone(), i as u32)));
     let source = match s.kind {
         Kind::List => list()?,
-        Kind::Tar => {
-            imagefeed::write_shards(&list()?, dir.path(), s.unit, None)?;
-            Source::open(dir.path())?
+        Kind::Tar => captioned_shards(dir.path(), 0..s.n, s.unit)?,
+        Kind::Mix => {
+            let half = s.n / 2;
+            let first = Source::from_entries((0..half).map(|i| (tiny.clone(), i as u32)))?;
+            let second = captioned_shards(dir.path(), 0..s.n - half, s.unit)?;
+            let m = s.mix;
+            let mut mix = imagefeed::Mix::new()
+                .source(first, f64::from(m.weights.0))
+                .source(second, f64::from(m.weights.1))
+                .ends_with(if m.ends_last {
+                    imagefeed::MixEnd::Last
+                } else {
+                    imagefeed::MixEnd::First
+                })
+                .when_exhausted(if m.repeat {
+                    imagefeed::Exhausted::Repeat
+                } else {
+                    imagefeed::Exhausted::Drop
+                });
+            if let Some(size) = m.epoch_size {
+                mix = mix.epoch_size(size);
+            }
+            mix.build()?
         }
         Kind::Parquet => {
             let bytes = std::fs::read(&tiny).expect("the tiny JPEG");
@@ -359,6 +420,45 @@ fn open_source(s: &Scenario) -> Result<(Source, tempfile::TempDir), imagefeed::E
     Ok((source, dir))
 }
 
+/// Tar shards of the samples `range` (index = label), `unit` a shard, each sample with a
+/// `KEY.txt` caption naming its index: the fields the contract checks.
+fn captioned_shards(
+    dir: &std::path::Path,
+    range: std::ops::Range<usize>,
+    unit: usize,
+) -> Result<Source, imagefeed::Error> {
+    let tiny = std::fs::read(testdata("valid/odd_7x5.jpg")).expect("the tiny JPEG");
+    let indices: Vec<usize> = range.collect();
+    for (k, chunk) in indices.chunks(unit.max(1)).enumerate() {
+        let mut b = tar::Builder::new(Vec::new());
+        for &i in chunk {
+            for (ext, data) in [
+                ("jpg", tiny.clone()),
+                ("cls", i.to_string().into_bytes()),
+                ("txt", caption(i as u64).into_bytes()),
+            ] {
+                let mut h = tar::Header::new_ustar();
+                h.set_size(data.len() as u64);
+                h.set_mode(0o644);
+                h.set_entry_type(tar::EntryType::Regular);
+                b.append_data(&mut h, format!("{i:09}.{ext}"), &data[..])
+                    .expect("a member");
+            }
+        }
+        std::fs::write(
+            dir.join(format!("shard-{k:06}.tar")),
+            b.into_inner().expect("a tar"),
+        )
+        .expect("a shard");
+    }
+    Source::open(dir)
+}
+
+/// The caption of a captioned shard's sample `i`.
+fn caption(i: u64) -> String {
+    format!("sample {i} says so")
+}
+
 fn builder(s: &Scenario, source: &Source, rank: usize, world: usize) -> LoaderBuilder {
     let sc = s.clone();
     let mut b = Loader::builder(source.clone())
@@ -389,6 +489,9 @@ fn builder(s: &Scenario, source: &Source, rank: usize, world: usize) -> LoaderBu
     if let Some(block) = s.block {
         b = b.shuffle_buffer(block);
     }
+    if s.kind == Kind::Tar {
+        b = b.field("txt");
+    }
     b
 }
 
@@ -398,6 +501,7 @@ fn real_run(
     from: Option<&LoaderState>,
     epoch: u64,
     steps: Option<usize>,
+    mix_offset: u64,
 ) -> (Delivery, Vec<LoaderState>, imagefeed::Stats) {
     let mut it = match from {
         Some(state) => loader.resume(state),
@@ -421,17 +525,25 @@ fn real_run(
                 break;
             }
             Some(Ok(batch)) => {
-                // Labels are the indices the sources were written with.
+                // Labels are the indices the sources were written with; a caption names its
+                // sample (a stand-in's, its own).
                 for (&i, &l) in batch.indices().iter().zip(batch.labels()) {
                     assert_eq!(u64::from(l), i, "the label of sample {i}");
                 }
+                if let Some(captions) = batch.field("txt") {
+                    for (k, &i) in batch.indices().iter().enumerate() {
+                        assert_eq!(captions.text(k), Some(&*caption(i)), "sample {i}'s caption");
+                    }
+                }
+                // A mixture's index: the source's offset (its first source's samples, half
+                // of them) and the index in it.
+                let mixed = batch
+                    .indices()
+                    .iter()
+                    .zip(batch.sources())
+                    .map(|(&i, &src)| i + u64::from(src) * mix_offset);
                 d.batches.push((
-                    batch
-                        .indices()
-                        .iter()
-                        .copied()
-                        .zip(batch.padded().iter().copied())
-                        .collect(),
+                    mixed.zip(batch.padded().iter().copied()).collect(),
                     batch.position(),
                 ));
                 // Through its one-line form, as a checkpoint keeps it.
@@ -454,6 +566,8 @@ fn check(s: &Scenario) -> Result<(), TestCaseError> {
     let (source, _dir) =
         open_source(s).map_err(|e| TestCaseError::fail(format!("opening failed: {e}")))?;
     prop_assert_eq!(source.len(), s.n);
+    // The positions of an epoch (a mixture's are its draws).
+    let epoch_len = source.epoch_len();
     for (epoch, runs) in s.epochs.iter().enumerate() {
         let epoch = epoch as u64;
         let fails = |i: u32| s.fails(epoch, i);
@@ -463,6 +577,7 @@ fn check(s: &Scenario) -> Result<(), TestCaseError> {
         let order_world = runs[0].world;
         let mut start = 0usize;
         let mut delivered: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut epoch_counts: BTreeMap<u64, usize> = BTreeMap::new();
         let mut any_error = false;
         for (r, run) in runs.iter().enumerate() {
             let world = run.world;
@@ -473,9 +588,9 @@ fn check(s: &Scenario) -> Result<(), TestCaseError> {
                 Ok(l) => l,
                 Err(e) => {
                     // Drop with fewer samples than ranks is refused at build.
-                    let rest = s.n - base;
+                    let rest = epoch_len - base;
                     prop_assert!(
-                        s.padding == ShardPadding::Drop && world > 1 && s.n < world,
+                        s.padding == ShardPadding::Drop && world > 1 && epoch_len < world,
                         "run {}: build failed: {} (rest {})",
                         r,
                         e,
@@ -486,7 +601,7 @@ fn check(s: &Scenario) -> Result<(), TestCaseError> {
             };
             if let Some((state, saved_world)) = &at {
                 if *saved_world != world {
-                    let rest = s.n - base;
+                    let rest = epoch_len - base;
                     base += (state.position as usize)
                         .saturating_mul(*saved_world)
                         .min(rest);
@@ -494,12 +609,25 @@ fn check(s: &Scenario) -> Result<(), TestCaseError> {
                 }
             }
             let order = loaders[0].global_order(epoch, order_world);
+            // What the epoch holds: each index as often as its order does (once, but for a
+            // mixture's repeated source).
+            if r == 0 {
+                epoch_counts.clear();
+                for &i in &order {
+                    *epoch_counts.entry(u64::from(i)).or_default() += 1;
+                }
+            }
             let mut counts = Vec::new();
             let mut states_by_step: Vec<Vec<LoaderState>> = Vec::new();
             for (rank, loader) in loaders.iter().enumerate() {
                 let want = model_run(s, &order, base, rank, world, start, &fails);
-                let (got, states, stats) =
-                    real_run(loader, at.as_ref().map(|a| &a.0), epoch, run.steps);
+                let (got, states, stats) = real_run(
+                    loader,
+                    at.as_ref().map(|a| &a.0),
+                    epoch,
+                    run.steps,
+                    (s.n / 2) as u64,
+                );
                 let cut = run
                     .steps
                     .map_or(want.batches.len(), |k| k.min(want.batches.len()));
@@ -600,9 +728,12 @@ fn check(s: &Scenario) -> Result<(), TestCaseError> {
             start = from.position as usize;
             at = Some((from, world));
         }
-        // The epoch, over all its runs: each sample that loads exactly once (unless the
-        // settings drop some), and none that fails.
-        let twice: Vec<_> = delivered.iter().filter(|(_, &c)| c > 1).collect();
+        // The epoch, over all its runs: each sample that loads exactly as often as the
+        // epoch's order holds it (unless the settings drop some), and none that fails.
+        let twice: Vec<_> = delivered
+            .iter()
+            .filter(|(i, &c)| c > epoch_counts.get(i).copied().unwrap_or(0))
+            .collect();
         prop_assert!(
             twice.is_empty(),
             "epoch {}: delivered twice: {:?}",
@@ -618,17 +749,22 @@ fn check(s: &Scenario) -> Result<(), TestCaseError> {
             );
         }
         if !s.drops() {
-            let want: BTreeSet<u64> = (0..s.n as u32)
-                .filter(|&i| !fails(i))
-                .map(u64::from)
+            let want: BTreeMap<u64, usize> = epoch_counts
+                .iter()
+                .filter(|(&i, _)| !fails(i as u32))
+                .map(|(&i, &c)| (i, c))
                 .collect();
-            let got: BTreeSet<u64> = delivered.keys().copied().collect();
-            prop_assert_eq!(got, want, "epoch {}: not every sample delivered", epoch);
+            prop_assert_eq!(
+                &delivered,
+                &want,
+                "epoch {}: not every sample delivered",
+                epoch
+            );
         }
         // A resume from the state after the epoch's end delivers nothing, at any world size.
         if let Some((state, _)) = &at {
             for world in [1, 3] {
-                if s.padding == ShardPadding::Drop && s.n < world {
+                if s.padding == ShardPadding::Drop && epoch_len < world {
                     continue; // refused at build, as checked above
                 }
                 let l = builder(s, &source, 0, world)
@@ -684,6 +820,7 @@ fn the_loader_keeps_its_contract_in_random_scenarios() {
 fn a_checkpoint_at_the_last_step_and_a_skip_under_sharding_resume_exactly() {
     let last_step = Scenario {
         kind: Kind::List,
+        mix: NO_MIX,
         n: 10,
         unit: 1,
         batch: 2,
@@ -738,6 +875,7 @@ fn the_default_order_mixes_the_samples_of_every_kind_of_shard() {
     for kind in [Kind::Tar, Kind::Parquet, Kind::TfRecord] {
         let s = Scenario {
             kind,
+            mix: NO_MIX,
             n: 400,
             unit: 50,
             batch: 64,

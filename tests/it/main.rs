@@ -18,6 +18,7 @@ mod fields;
 mod formats;
 mod fuzz_seeds;
 mod manifest;
+mod mix;
 mod pipeline;
 mod prost_example;
 mod shard;

@@ -124,6 +124,20 @@ pub(crate) struct BenchArgs {
     /// (the states every rank saved) to check that they were saved at the same step.
     #[arg(long, num_args = 1..)]
     pub(crate) resume_from: Vec<PathBuf>,
+    /// Deliver this per-sample field with each sample (repeatable): a tar member's extension
+    /// (`txt` for KEY.txt), a parquet column, a TFRecord feature, a TSV list's column. With
+    /// --json, each epoch reports the fields' sizes.
+    #[arg(long = "field", value_name = "NAME")]
+    pub(crate) fields: Vec<String>,
+    /// The most bytes a field's value may hold; a larger one is an error naming the sample
+    /// and the field (suffixes K, M, G: powers of 1024) [default: 64K].
+    #[arg(long, value_parser = parse_bytes)]
+    pub(crate) field_limit: Option<u64>,
+    /// Write one JSON object a delivered sample, in delivery order: {"source": S, "index": I,
+    /// "label": L, "fields": {NAME: value}} (text a string, bytes base64, numbers a list;
+    /// a missing optional value null). S is the mixture's source number, else 0.
+    #[arg(long, requires = "fields")]
+    pub(crate) fields_out: Option<PathBuf>,
     /// Deliver batches to this device: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub(crate) device: String,

@@ -179,6 +179,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     if let Some(p) = &a.indices_out {
         replaceable(p, Output::Indices)?;
     }
+    if let Some(p) = &a.fields_out {
+        replaceable(p, Output::Fields)?;
+    }
     if let Some(p) = &a.state_out {
         replaceable(p, Output::State)?;
     }
@@ -212,6 +215,10 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         .device(parse_device(&a.device)?);
     if let Some(n) = a.shuffle_buffer {
         builder = builder.shuffle_buffer(n);
+    }
+    builder = builder.fields(a.fields.iter().map(String::as_str));
+    if let Some(l) = a.field_limit {
+        builder = builder.field_limit(usize::try_from(l).unwrap_or(usize::MAX));
     }
     if let Some(l) = a.host_memory_limit {
         builder = builder.host_memory_limit(l);
@@ -278,6 +285,12 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         )),
         None => None,
     };
+    let mut fields_out = match &a.fields_out {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
     let first_epoch = resume.map_or(0, |s| s.epoch);
     // A resumed epoch is always finished, whatever --epochs says.
     let count = match resume {
@@ -307,6 +320,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         };
         let mut delivered = 0u64;
         let mut stopped = false;
+        let mut field_sizes = crate::fields::Sizes::new(&a.fields);
         let mut device_wait = std::time::Duration::ZERO;
         while let Some(batch) = batches.next() {
             let batch = batch?;
@@ -320,6 +334,10 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
                         writeln!(out, "{i}")?;
                     }
                 }
+            }
+            field_sizes.add(&batch);
+            if let Some(out) = fields_out.as_mut() {
+                crate::fields::write_lines(out, &batch)?;
             }
             delivered += 1;
             if a.max_batches == Some(delivered) {
@@ -380,6 +398,11 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "decoder": imagefeed::decoder_info().to_string(),
             "transform": transform_name,
         });
+        if !a.fields.is_empty() {
+            if let Some(r) = report.as_object_mut() {
+                r.insert("fields".into(), field_sizes.to_json());
+            }
+        }
         if let Device::Cuda(n) = loader.device() {
             gpu_report(&mut report, n, &s, device_wait, a.json);
         }
@@ -432,6 +455,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         }
     }
     if let Some(out) = indices_out.as_mut() {
+        out.flush()?;
+    }
+    if let Some(out) = fields_out.as_mut() {
         out.flush()?;
     }
     Ok(reports)

@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod datasets;
+mod fields;
 mod floor;
 mod gpu;
 mod outputs;

@@ -12,6 +12,8 @@ pub(crate) enum Output {
     State,
     /// `--sweep-svg`: the sweep's plot.
     Svg,
+    /// `--fields-out`: one JSON object a sample.
+    Fields,
 }
 
 /// Refuses to let an output option replace a file it did not write: `path` may be missing,
@@ -31,6 +33,7 @@ pub(crate) fn replaceable(path: &std::path::Path, kind: Output) -> Result<(), An
     }
     let (option, what) = match kind {
         Output::Indices => ("--indices-out", "one sample index a line"),
+        Output::Fields => ("--fields-out", "one JSON object a sample"),
         Output::State => ("--state-out", "a loader state"),
         Output::Svg => ("--sweep-svg", "a sweep plot"),
     };
@@ -53,13 +56,22 @@ pub(crate) fn replaceable(path: &std::path::Path, kind: Output) -> Result<(), An
             loop {
                 match file.read(&mut buf) {
                     Ok(0) => break true,
-                    Ok(n) if buf[..n].iter().all(|b| b.is_ascii_digit() || *b == b'\n') => {}
+                    // `INDEX`, `INDEX padded`, `SOURCE INDEX` lines.
+                    Ok(n)
+                        if buf[..n].iter().all(|b| {
+                            b.is_ascii_digit() || b.is_ascii_lowercase() || b" \n".contains(b)
+                        }) => {}
                     Ok(_) => break false,
                     Err(e) => return Err(format!("{}: {e}", path.display()).into()),
                 }
             }
         }
         Output::State => read_state(path).is_ok(),
+        Output::Fields => {
+            let mut head = [0u8; 11];
+            let n = file.read(&mut head).unwrap_or(0);
+            head[..n] == b"{\"source\":"[..n.min(10)] && n >= 10
+        }
         Output::Svg => {
             let mut head = Vec::new();
             file.take(1024)

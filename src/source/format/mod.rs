@@ -81,6 +81,8 @@ pub(crate) enum Backing {
     /// Rows of parquet files.
     #[cfg(feature = "parquet")]
     Parquet(Arc<ParquetIndex>),
+    /// Several sources in set proportions.
+    Mix(Arc<crate::source::mix::MixSet>),
 }
 
 impl Backing {
@@ -94,6 +96,7 @@ impl Backing {
             Backing::TfRecord(_) => SourceKind::TfRecord,
             #[cfg(feature = "parquet")]
             Backing::Parquet(_) => SourceKind::Parquet,
+            Backing::Mix(m) => m.kind(),
         }
     }
 
@@ -126,6 +129,7 @@ impl Backing {
             Backing::TfRecord(t) => Box::new(t.reader(block, fields)),
             #[cfg(feature = "parquet")]
             Backing::Parquet(p) => Box::new(p.reader(block, fields)),
+            Backing::Mix(m) => Box::new(m.reader(fields)),
         };
         Some(reader)
     }
@@ -243,6 +247,7 @@ impl Backing {
             Backing::Files => 0,
             #[cfg(feature = "remote")]
             Backing::Objects(o) => (o.stamps.capacity() * 16) as u64,
+            Backing::Mix(m) => m.parts.iter().map(|p| p.source.heap_bytes()).sum(),
             _ => self.units().map_or(0, Units::heap_bytes),
         }
     }
@@ -255,6 +260,7 @@ impl Backing {
             Backing::TfRecord(t) => t.reader_bytes(block),
             #[cfg(feature = "parquet")]
             Backing::Parquet(p) => p.reader_bytes(block),
+            Backing::Mix(m) => m.reader_bytes(),
             _ => 0,
         }
     }
@@ -280,6 +286,7 @@ impl Backing {
             Backing::Parquet(p) => Some(p.byte_bound()),
             #[cfg(feature = "remote")]
             Backing::Objects(o) => Some(o.store.options.max_bytes_in_flight),
+            Backing::Mix(m) => Some(m.byte_bound()),
         }
     }
 

@@ -58,10 +58,12 @@ pub(crate) fn resolve(schema: &SchemaDescriptor, name: &str) -> Result<Leaf, Str
     let list = match c.max_rep_level() {
         0 if c.path().parts().len() == 1 => false,
         1 => true,
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "column `{name}` ({}) is nested; a field is a column of values or of lists of numbers",
             c.path().string()
-        )),
+        ))
+        }
     };
     let text = matches!(
         c.converted_type(),
