@@ -499,3 +499,59 @@ fn parquet_columns_are_fields() {
         "{e}"
     );
 }
+
+/// `imagefeed bench --field txt --fields-out`: one JSON line a delivered sample, with its
+/// caption; `--json` reports the field's sizes; `--field-limit` names the sample over it.
+#[test]
+fn the_command_line_writes_each_samples_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    img2dataset_shards(dir.path(), 2, 5);
+    let out_file = dir.path().join("fields.jsonl");
+    let bench = |extra: &[&str]| {
+        std::process::Command::new(crate::common::imagefeed_bin())
+            .arg("bench")
+            .arg(dir.path())
+            .args([
+                "--size",
+                "8",
+                "8",
+                "--batch-size",
+                "4",
+                "--json",
+                "--field",
+                "txt",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&[
+        "--field",
+        "json",
+        "--fields-out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["fields"]["txt"]["values"], 10);
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert_eq!(text.lines().count(), 10);
+    for line in text.lines() {
+        assert!(line.starts_with("{\"source\":0,"), "{line}");
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let i = v["index"].as_u64().unwrap() as usize;
+        assert_eq!(v["fields"]["txt"], caption(i));
+        assert_eq!(v["label"], (i % 3) as u64);
+    }
+    let out = bench(&["--field-limit", "10"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("field `txt`") && err.contains("over its limit of 10"),
+        "{err}"
+    );
+}

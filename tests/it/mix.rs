@@ -275,3 +275,96 @@ fn a_mixture_stopped_on_two_ranks_resumes_on_three_exactly() {
     }
     assert_eq!(count(&got), count(&whole), "the rest exactly once");
 }
+
+/// The command line: `--mix W SOURCE` twice, `--epoch-size`, `--indices-out` as `SOURCE INDEX`
+/// lines, stopped on 2 ranks and resumed on 3.
+#[test]
+fn the_command_line_mixes_stops_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let jpg = testdata("valid/odd_7x5.jpg");
+    let list = dir.path().join("a.txt");
+    let lines: String = (0..30).map(|_| format!("{}\t0\n", jpg.display())).collect();
+    std::fs::write(&list, lines).unwrap();
+    let shards = dir.path().join("shards");
+    imagefeed::write_shards(&tiny(20, 2), &shards, 5, None).unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
+            .arg("bench")
+            .args(["--mix", "3", list.to_str().unwrap()])
+            .args(["--mix", "1", shards.to_str().unwrap()])
+            .args([
+                "--epoch-size",
+                "80",
+                "--batch-size",
+                "4",
+                "--size",
+                "8",
+                "8",
+                "--seed",
+                "2",
+            ])
+            .args(["--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let read = |name: &str| -> Vec<(u32, u64)> {
+        std::fs::read_to_string(dir.path().join(name))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut w = l.split(' ');
+                (
+                    w.next().unwrap().parse().unwrap(),
+                    w.next().unwrap().parse().unwrap(),
+                )
+            })
+            .collect()
+    };
+    run(&["--indices-out", &p("all.txt")]);
+    let all = read("all.txt");
+    assert_eq!(all.len(), 80);
+    assert_eq!(all.iter().filter(|x| x.0 == 0).count(), 60);
+    assert!(all
+        .iter()
+        .all(|&(s, i)| (s == 0 && i < 30) || (s == 1 && i < 20)));
+    for r in 0..2 {
+        run(&[
+            "--rank",
+            &r.to_string(),
+            "--world-size",
+            "2",
+            "--max-batches",
+            "3",
+            "--state-out",
+            &p(&format!("s{r}.txt")),
+            "--indices-out",
+            &p(&format!("a{r}.txt")),
+        ]);
+    }
+    let mut got: Vec<(u32, u64)> = (0..2).flat_map(|r| read(&format!("a{r}.txt"))).collect();
+    for r in 0..3 {
+        run(&[
+            "--rank",
+            &r.to_string(),
+            "--world-size",
+            "3",
+            "--resume-from",
+            &p("s0.txt"),
+            &p("s1.txt"),
+            "--indices-out",
+            &p(&format!("b{r}.txt")),
+        ]);
+        got.extend(read(&format!("b{r}.txt")));
+    }
+    let mut want = all.clone();
+    want.sort_unstable();
+    got.sort_unstable();
+    assert_eq!(got, want, "the rest of the epoch exactly once");
+}

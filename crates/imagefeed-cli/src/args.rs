@@ -7,8 +7,31 @@ use imagefeed::{Device, Dtype, JpegDecoder, ResizeFilter};
 
 #[derive(Parser, Clone)]
 pub(crate) struct BenchArgs {
-    /// A file list (PATH<TAB>LABEL lines) or a folder of class folders.
-    pub(crate) source: PathBuf,
+    /// A file list (PATH<TAB>LABEL lines, or a TSV with a `path` header), a folder of class
+    /// folders, tar shards, parquet or TFRecord files, a manifest, or a URL (omitted with
+    /// --mix).
+    #[arg(required_unless_present = "mix", conflicts_with = "mix")]
+    pub(crate) source: Option<PathBuf>,
+    /// Mix sources in proportions: `--mix 3 web/ --mix 1 curated.txt` (repeatable); they are
+    /// numbered from 0 in the order given, and --indices-out writes `SOURCE INDEX` lines.
+    #[arg(long, num_args = 2, value_names = ["WEIGHT", "SOURCE"], action = clap::ArgAction::Append)]
+    pub(crate) mix: Vec<String>,
+    /// With --mix: samples an epoch delivers [default: until the first source has given all
+    /// of its samples once, see --mix-end].
+    #[arg(long, requires = "mix")]
+    pub(crate) epoch_size: Option<usize>,
+    /// With --mix and no --epoch-size: an epoch ends when the first or the last source has
+    /// given all of its samples once.
+    #[arg(long, value_enum, default_value_t = MixEndArg::First, requires = "mix")]
+    pub(crate) mix_end: MixEndArg,
+    /// With --mix: a source asked for more samples in an epoch than it holds repeats (a new
+    /// shuffled pass) or gives no more that epoch.
+    #[arg(long, value_enum, default_value_t = ExhaustedArg::Repeat, requires = "mix")]
+    pub(crate) exhausted: ExhaustedArg,
+    /// With --mix: labels as each source has them, or offset so that every source's classes
+    /// have labels of their own.
+    #[arg(long, value_enum, default_value_t = MixLabelsArg::PerSource, requires = "mix")]
+    pub(crate) mix_labels: MixLabelsArg,
     #[arg(long, default_value_t = 64)]
     pub(crate) batch_size: usize,
     /// Decode threads (0: one per core).
@@ -109,7 +132,8 @@ pub(crate) struct BenchArgs {
     pub(crate) shard_padding: PaddingArg,
     /// Write the dataset index of every delivered sample, one a line, in delivery order; a
     /// padding copy (a stand-in for a skipped sample under sharding, or a repeat that evens out
-    /// the ranks' shares) is written `INDEX padded`.
+    /// the ranks' shares) is written `INDEX padded`. With --mix, `SOURCE INDEX` (and
+    /// `SOURCE INDEX padded`).
     #[arg(long)]
     pub(crate) indices_out: Option<PathBuf>,
     /// Stop after this many batches (of the first epoch run), report that epoch so far (with
@@ -156,6 +180,24 @@ pub(crate) struct BenchArgs {
     /// With --sweep: where to write the SVG plot.
     #[arg(long, default_value = "sweep.svg", requires = "sweep")]
     pub(crate) sweep_svg: PathBuf,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum MixEndArg {
+    First,
+    Last,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ExhaustedArg {
+    Repeat,
+    Drop,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum MixLabelsArg {
+    PerSource,
+    Offset,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -156,14 +156,55 @@ pub(crate) fn sample_settings(
     builder
 }
 
+/// The source a bench runs over: the one named, or the mixture of --mix.
+pub(crate) fn open_source(a: &BenchArgs) -> Result<Source, AnyError> {
+    use crate::args::{ExhaustedArg, MixEndArg, MixLabelsArg};
+    if a.mix.is_empty() {
+        let path = a
+            .source
+            .as_ref()
+            .ok_or("name a source (or --mix WEIGHT SOURCE)")?;
+        return Ok(Source::open(path)?);
+    }
+    let mut mix = imagefeed::Mix::new()
+        .ends_with(match a.mix_end {
+            MixEndArg::First => imagefeed::MixEnd::First,
+            MixEndArg::Last => imagefeed::MixEnd::Last,
+        })
+        .when_exhausted(match a.exhausted {
+            ExhaustedArg::Repeat => imagefeed::Exhausted::Repeat,
+            ExhaustedArg::Drop => imagefeed::Exhausted::Drop,
+        })
+        .labels(match a.mix_labels {
+            MixLabelsArg::PerSource => imagefeed::MixLabels::PerSource,
+            MixLabelsArg::Offset => imagefeed::MixLabels::Offset,
+        });
+    for pair in a.mix.chunks(2) {
+        let weight: f64 = pair[0]
+            .parse()
+            .map_err(|_| format!("--mix {} {}: the weight is not a number", pair[0], pair[1]))?;
+        mix = mix.source(Source::open(&pair[1])?, weight);
+    }
+    if let Some(n) = a.epoch_size {
+        mix = mix.epoch_size(n);
+    }
+    Ok(mix.build()?)
+}
+
 pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     // Outputs never replace an input: `--indices-out files.txt` would truncate the list.
-    let inputs: Vec<&std::path::PathBuf> = [Some(&a.source), a.cache.as_ref()]
+    let mixed: Vec<std::path::PathBuf> = a.mix.chunks(2).map(|p| p[1].clone().into()).collect();
+    let inputs: Vec<&std::path::PathBuf> = [a.source.as_ref(), a.cache.as_ref()]
         .into_iter()
         .flatten()
+        .chain(&mixed)
         .chain(&a.resume_from)
         .collect();
-    let outputs = [a.indices_out.as_ref(), a.state_out.as_ref()];
+    let outputs = [
+        a.indices_out.as_ref(),
+        a.state_out.as_ref(),
+        a.fields_out.as_ref(),
+    ];
     for out in outputs.into_iter().flatten() {
         if let Some(input) = inputs.iter().find(|i| same_file(out, i)) {
             return Err(format!(
@@ -187,7 +228,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     }
 
     let opening = std::time::Instant::now();
-    let source = Source::open(&a.source)?;
+    let source = open_source(a)?;
     let open_seconds = opening.elapsed().as_secs_f64();
     if a.max_skipped.is_some() && matches!(a.on_error, OnErrorArg::Fail) {
         eprintln!(
@@ -327,11 +368,18 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             // A GPU batch counts once it is in device memory.
             device_wait += imagefeed::tools::gpu::wait_ready(&batch)?;
             if let Some(out) = indices_out.as_mut() {
-                for (i, &copy) in batch.indices().iter().zip(batch.padded()) {
-                    if copy {
-                        writeln!(out, "{i} padded")?;
-                    } else {
-                        writeln!(out, "{i}")?;
+                let mixture = !a.mix.is_empty();
+                for ((i, &copy), s) in batch
+                    .indices()
+                    .iter()
+                    .zip(batch.padded())
+                    .zip(batch.sources())
+                {
+                    match (mixture, copy) {
+                        (true, true) => writeln!(out, "{s} {i} padded")?,
+                        (true, false) => writeln!(out, "{s} {i}")?,
+                        (false, true) => writeln!(out, "{i} padded")?,
+                        (false, false) => writeln!(out, "{i}")?,
                     }
                 }
             }

@@ -91,13 +91,12 @@ pub(crate) fn write_lines(out: &mut impl Write, batch: &Batch) -> std::io::Resul
             fields.insert(c.name().to_string(), value_json(c.get(k)));
         }
         let source = batch.sources().get(k).copied().unwrap_or(0);
-        let line = serde_json::json!({
-            "source": source,
-            "index": index,
-            "label": label,
-            "fields": fields,
-        });
-        writeln!(out, "{line}")?;
+        // In this key order (a JSON object's own is unordered).
+        writeln!(
+            out,
+            "{{\"source\":{source},\"index\":{index},\"label\":{label},\"fields\":{}}}",
+            serde_json::Value::Object(fields)
+        )?;
     }
     Ok(())
 }

@@ -68,9 +68,9 @@ pub(crate) fn replaceable(path: &std::path::Path, kind: Output) -> Result<(), An
         }
         Output::State => read_state(path).is_ok(),
         Output::Fields => {
-            let mut head = [0u8; 11];
-            let n = file.read(&mut head).unwrap_or(0);
-            head[..n] == b"{\"source\":"[..n.min(10)] && n >= 10
+            let want = b"{\"source\":";
+            let mut head = [0u8; 10];
+            file.read_exact(&mut head).is_ok() && &head == want
         }
         Output::Svg => {
             let mut head = Vec::new();

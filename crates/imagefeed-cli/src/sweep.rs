@@ -13,11 +13,12 @@ use crate::{mb, AnyError};
 pub(crate) fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
     // The plot replaces only an earlier plot (or an empty file), never an input or a file of
     // the user's: checked before the sweep runs.
-    if same_file(&a.sweep_svg, &a.source) {
+    let named = a.source.clone().unwrap_or_default();
+    if same_file(&a.sweep_svg, &named) {
         return Err(format!(
             "{}: is also an input ({}); choose another --sweep-svg",
             a.sweep_svg.display(),
-            a.source.display()
+            named.display()
         )
         .into());
     }
@@ -30,7 +31,7 @@ pub(crate) fn sweep(a: &BenchArgs) -> Result<(), AnyError> {
          decoder, filter, transform, flip, JPEG warnings, max pixels, seed); other run options \
          are not used"
     );
-    let full = Source::open(&a.source)?;
+    let full = crate::bench::open_source(a)?;
     let n = a.sweep_images.min(full.len()).max(1);
     let source =
         Source::from_entries((0..n).filter_map(|i| Some((full.path(i)?, full.label(i)?))))?;
