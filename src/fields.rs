@@ -38,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -480,6 +481,182 @@ impl<'a> FieldColumn<'a> {
     pub fn value_bytes(&self) -> &'a [u8] {
         &self.store.bytes
     }
+
+    /// The column as a target of training, row-major with its shape; see [`Target`]. The one
+    /// conversion candle, burn and tch tensors of a field are made from
+    /// ([`Batch::field_to_candle`](crate::Batch::field_to_candle) with the `candle` feature,
+    /// imagefeed-burn's `field_tensor`, or `tch::Tensor::from_slice` of these values).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use imagefeed::{Loader, Source, Target, TargetValues};
+    /// // Records with an int64 list feature `labels` (a multi-label dataset).
+    /// let loader = Loader::builder(Source::open("train.tfrecord")?).field("labels").build()?;
+    /// for batch in loader.epoch(0) {
+    ///     let batch = batch?;
+    ///     let labels = batch.field("labels").expect("asked for");
+    ///     let (values, [n, classes]) = labels.target(Target::MultiHot { classes: 80 })?;
+    ///     let TargetValues::F32(multi_hot) = values else { unreachable!() };
+    ///     assert_eq!(multi_hot.len(), n * classes);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Text values count as their numbers, separated by white space or commas and optionally
+    /// in brackets (a `.cls` member `3 7`, a TSV column `1,5`, a JSON array `[0.5, 2.0]`).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming the field for a
+    /// sample without a value, bytes or text that is not numbers, an integer outside
+    /// `0..classes` for a multi-hot target, or rows of different lengths for [`Target::Dense`].
+    pub fn target(&self, target: Target) -> Result<(TargetValues, [usize; 2]), Error> {
+        let bad = |why: String| Error::config("field", format!("`{}`: {why}", self.name));
+        let n = self.len();
+        let mut rows: Vec<Row<'_>> = Vec::with_capacity(n);
+        for i in 0..n {
+            rows.push(match self.get(i) {
+                None => return Err(bad(format!("sample {i} of the batch has no value"))),
+                Some(FieldValue::Ints(x)) => Row::Ints(Cow::Borrowed(x)),
+                Some(FieldValue::Floats(x)) => Row::Floats(Cow::Borrowed(x)),
+                Some(FieldValue::Text(t)) => Row::parse(t).ok_or_else(|| {
+                    bad(format!(
+                        "sample {i}'s text {:?} is not a list of numbers",
+                        t.chars().take(60).collect::<String>()
+                    ))
+                })?,
+                Some(FieldValue::Bytes(_)) => {
+                    return Err(bad(format!("sample {i}'s value is bytes, not numbers")))
+                }
+            });
+        }
+        let floats = rows.iter().any(|v| matches!(v, Row::Floats(_)));
+        let (width, pad) = match target {
+            Target::MultiHot { classes } => {
+                let mut out = vec![0f32; n * classes];
+                for (i, v) in rows.iter().enumerate() {
+                    let Row::Ints(labels) = v else {
+                        return Err(bad(format!(
+                            "sample {i}'s value is floats, not class labels"
+                        )));
+                    };
+                    for &l in labels.iter() {
+                        let k = usize::try_from(l)
+                            .ok()
+                            .filter(|&k| k < classes)
+                            .ok_or_else(|| {
+                                bad(format!("sample {i} holds label {l}, outside 0..{classes}"))
+                            })?;
+                        out[i * classes + k] = 1.0;
+                    }
+                }
+                return Ok((TargetValues::F32(out), [n, classes]));
+            }
+            Target::Dense => {
+                let width = rows.first().map_or(0, Row::len);
+                if rows.iter().any(|v| v.len() != width) {
+                    return Err(bad(
+                        "rows of different lengths (Target::Padded pads them)".into()
+                    ));
+                }
+                (width, 0.0)
+            }
+            Target::Padded { pad } => (rows.iter().map(Row::len).max().unwrap_or(0), pad),
+        };
+        if floats {
+            let mut out = vec![pad as f32; n * width];
+            for (i, v) in rows.iter().enumerate() {
+                let row = &mut out[i * width..];
+                match v {
+                    Row::Floats(x) => row[..x.len()].copy_from_slice(x),
+                    Row::Ints(x) => {
+                        for (o, &e) in row.iter_mut().zip(x.iter()) {
+                            *o = e as f32;
+                        }
+                    }
+                }
+            }
+            Ok((TargetValues::F32(out), [n, width]))
+        } else {
+            let mut out = vec![pad as i64; n * width];
+            for (i, v) in rows.iter().enumerate() {
+                if let Row::Ints(x) = v {
+                    out[i * width..i * width + x.len()].copy_from_slice(x);
+                }
+            }
+            Ok((TargetValues::I64(out), [n, width]))
+        }
+    }
+}
+
+/// One sample's numbers for [`FieldColumn::target`]: a list field's values as they are, or a
+/// text value's numbers.
+enum Row<'a> {
+    Ints(Cow<'a, [i64]>),
+    Floats(Cow<'a, [f32]>),
+}
+
+impl Row<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Row::Ints(x) => x.len(),
+            Row::Floats(x) => x.len(),
+        }
+    }
+
+    /// Numbers written as text, as a `.cls` member, a TSV column or a JSON array holds them:
+    /// separated by white space or commas, optionally in brackets (`3`, `1 5 7`, `[0.5, 2]`).
+    /// Integers if every one is, else floats; `None` for anything else.
+    fn parse(text: &str) -> Option<Row<'static>> {
+        let t = text.trim();
+        let t = t
+            .strip_prefix('[')
+            .and_then(|t| t.strip_suffix(']'))
+            .unwrap_or(t);
+        let words = t
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|w| !w.is_empty());
+        if let Some(ints) = words
+            .clone()
+            .map(|w| w.parse::<i64>().ok())
+            .collect::<Option<Vec<_>>>()
+        {
+            return Some(Row::Ints(Cow::Owned(ints)));
+        }
+        words
+            .map(|w| w.parse::<f32>().ok().filter(|f| f.is_finite()))
+            .collect::<Option<Vec<_>>>()
+            .map(|f| Row::Floats(Cow::Owned(f)))
+    }
+}
+
+/// How a field of numbers becomes a training target ([`FieldColumn::target`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Target {
+    /// Every row as it is: rows of one length (a float vector, a fixed number of labels).
+    Dense,
+    /// Rows padded with `pad` to the longest row of the batch (a list of labels of any length;
+    /// integers stay integers, floats `f32`).
+    Padded {
+        /// The value of the padding.
+        pad: f64,
+    },
+    /// Class labels as a `[n, classes]` multi-hot `f32` matrix (1 where a sample has the
+    /// label).
+    MultiHot {
+        /// The number of classes.
+        classes: usize,
+    },
+}
+
+/// A target's values ([`FieldColumn::target`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TargetValues {
+    /// `f32` values (floats, multi-hot).
+    F32(Vec<f32>),
+    /// `i64` values (integers).
+    I64(Vec<i64>),
 }
 
 /// A batch's values of one field taken by value ([`Batch::into_owned`](crate::Batch::into_owned)).
@@ -550,6 +727,80 @@ mod tests {
         assert_eq!(col.float_matrix(), None);
         store.clear();
         assert!(FieldColumn::new("f", &store).is_empty());
+    }
+
+    #[test]
+    fn targets_pad_and_multi_hot() {
+        let mut store = FieldStore::default();
+        store.push(&FieldData::Ints(vec![1, 3]));
+        store.push(&FieldData::Ints(vec![2]));
+        let col = FieldColumn::new("labels", &store);
+        assert_eq!(
+            col.target(Target::MultiHot { classes: 4 }).unwrap(),
+            (
+                TargetValues::F32(vec![0., 1., 0., 1., 0., 0., 1., 0.]),
+                [2, 4]
+            )
+        );
+        assert_eq!(
+            col.target(Target::Padded { pad: -1.0 }).unwrap(),
+            (TargetValues::I64(vec![1, 3, 2, -1]), [2, 2])
+        );
+        let e = col.target(Target::Dense).unwrap_err().to_string();
+        assert!(e.contains("`labels`: rows of different lengths"), "{e}");
+        let e = col
+            .target(Target::MultiHot { classes: 3 })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sample 0 holds label 3, outside 0..3"), "{e}");
+        let mut text = FieldStore::default();
+        text.push(&FieldData::Text(b"a".to_vec()));
+        let e = FieldColumn::new("t", &text)
+            .target(Target::Dense)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("sample 0's text \"a\" is not a list of numbers"),
+            "{e}"
+        );
+        // Numbers written as text: a `.cls` member, a TSV column, a JSON array.
+        let mut text = FieldStore::default();
+        for t in ["3", " 1 5\n", "[0, 2]", "4,1"] {
+            text.push(&FieldData::Text(t.as_bytes().to_vec()));
+        }
+        assert_eq!(
+            FieldColumn::new("t", &text)
+                .target(Target::MultiHot { classes: 6 })
+                .unwrap()
+                .0,
+            TargetValues::F32(vec![
+                0., 0., 0., 1., 0., 0., //
+                0., 1., 0., 0., 0., 1., //
+                1., 0., 1., 0., 0., 0., //
+                0., 1., 0., 0., 1., 0.,
+            ])
+        );
+        let mut text = FieldStore::default();
+        text.push(&FieldData::Text(b"[0.5, 2]".to_vec()));
+        text.push(&FieldData::Ints(vec![7]));
+        assert_eq!(
+            FieldColumn::new("t", &text)
+                .target(Target::Padded { pad: 0.0 })
+                .unwrap(),
+            (TargetValues::F32(vec![0.5, 2.0, 7.0, 0.0]), [2, 2])
+        );
+        let mut text = FieldStore::default();
+        text.push(&FieldData::Text(b"1 nan".to_vec()));
+        assert!(FieldColumn::new("t", &text).target(Target::Dense).is_err());
+        let mut floats = FieldStore::default();
+        floats.push(&FieldData::Floats(vec![0.5, 1.5]));
+        floats.push(&FieldData::Floats(vec![2.0, 3.0]));
+        assert_eq!(
+            FieldColumn::new("f", &floats)
+                .target(Target::Dense)
+                .unwrap(),
+            (TargetValues::F32(vec![0.5, 1.5, 2.0, 3.0]), [2, 2])
+        );
     }
 
     #[test]

@@ -122,12 +122,13 @@ pub use cache::CachePolicy;
 pub use decode::{decoder_info, DecoderInfo, JpegDecoder};
 pub use error::{BoxError, Error, ErrorKind, OnError};
 pub use fields::{
-    Field, FieldColumn, FieldKind, FieldValue, OwnedField, OwnedFieldValue, DEFAULT_FIELD_LIMIT,
+    Field, FieldColumn, FieldKind, FieldValue, OwnedField, OwnedFieldValue, Target, TargetValues,
+    DEFAULT_FIELD_LIMIT,
 };
 pub use loader::{Batches, Loader, LoaderState};
 pub use prefetch::Device;
 pub use rank::{Launch, Launcher, ShardPadding};
-pub use source::format::tar::{write_shards, ShardsWritten};
+pub use source::format::tar::{write_shards, write_shards_with, ShardsWritten};
 #[cfg(feature = "parquet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
 pub use source::ParquetOptions;

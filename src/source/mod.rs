@@ -303,6 +303,20 @@ impl Source {
     /// all would drop some samples or labels, or mix splits, without a word.
     pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
+        let mut source = Self::open_as_is(path)?;
+        // Shards `imagefeed shards` wrote keep their source's class names beside them.
+        if source.index.class_names.is_none() && source.kind() == SourceKind::TarShards {
+            let folder = if path.is_dir() {
+                Some(path)
+            } else {
+                path.parent()
+            };
+            source.index.class_names = folder.and_then(shards::class_names_in);
+        }
+        Ok(source)
+    }
+
+    fn open_as_is(path: &Path) -> Result<Source, Error> {
         if let Some(url) = path.to_str().filter(|s| shards::looks_like_url(s)) {
             return Source::from_url(url);
         }
@@ -727,7 +741,9 @@ impl Source {
         Some(self.index.label(i))
     }
 
-    /// Class names by label, for a class-folder source.
+    /// Class names by label: a class-folder source's folders, a parquet `ClassLabel`'s names
+    /// (from the `huggingface` metadata `datasets` writes), the names `imagefeed shards` wrote
+    /// beside its shards (`imagefeed-classes.txt`), a mixture's (see [`Mix`]).
     pub fn class_names(&self) -> Option<&[String]> {
         self.index.class_names.as_deref()
     }

@@ -90,6 +90,53 @@ impl Batch {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
+impl Batch {
+    /// Field `name` as a candle tensor of `[n, width]` on `device`, made as `target` says
+    /// ([`FieldColumn::target`](crate::FieldColumn::target)): a multi-hot `f32` matrix of
+    /// class labels, integer lists padded (`i64`), or float vectors (`f32`). One copy.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// use imagefeed::{Loader, Source, Target};
+    /// let loader = Loader::builder(Source::open("train.tfrecord")?).field("labels").build()?;
+    /// for batch in loader.epoch(0) {
+    ///     let batch = batch?;
+    ///     let (images, _) = batch.to_candle(&candle_core::Device::Cpu)?;
+    ///     let targets = batch.field_to_candle(
+    ///         "labels",
+    ///         Target::MultiHot { classes: 80 },
+    ///         &candle_core::Device::Cpu,
+    ///     )?; // [n, 80] f32
+    ///     # let _ = (images, targets);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A field the loader was not asked for, and as
+    /// [`FieldColumn::target`](crate::FieldColumn::target).
+    pub fn field_to_candle(
+        &self,
+        name: &str,
+        target: crate::Target,
+        device: &Device,
+    ) -> Result<Tensor, Error> {
+        let column = self.field(name).ok_or_else(|| {
+            Error::config(
+                "field",
+                format!("`{name}` is not one of the loader's fields (LoaderBuilder::field)"),
+            )
+        })?;
+        let (values, shape) = column.target(target)?;
+        match values {
+            crate::TargetValues::F32(v) => Tensor::from_vec(v, &shape, device),
+            crate::TargetValues::I64(v) => Tensor::from_vec(v, &shape, device),
+        }
+        .map_err(Error::tensor)
+    }
+}
+
 fn gpu_only() -> Error {
     Error::config(
         "device",
@@ -131,6 +178,62 @@ fn cuda_tensors(
 mod tests {
     use crate::{Dtype, Layout, Loader, Source};
     use candle_core::{DType, Device};
+
+    /// A field of label lists as a multi-hot `f32` tensor and as padded `i64`, equal to
+    /// `FieldColumn::target`'s values; a field the loader was not asked for is an error.
+    #[test]
+    fn a_field_is_a_target_tensor() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/classes");
+        let dir = tempfile::tempdir().unwrap();
+        let mut list = String::from("path\tlabel\tlabels\n");
+        for (k, (f, l)) in [
+            ("cat/cat_0.jpg", "0 2"),
+            ("dog/dog_0.jpg", "1"),
+            ("fish/fish_0.jpg", "2,0,1"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            list.push_str(&format!("{}\t{k}\t{l}\n", root.join(f).display()));
+        }
+        std::fs::write(dir.path().join("list.tsv"), list).unwrap();
+        let loader = Loader::builder(Source::open(dir.path().join("list.tsv")).unwrap())
+            .batch_size(3)
+            .image_size(12)
+            .field("labels")
+            .build()
+            .unwrap();
+        let batch = loader.epoch(0).next().unwrap().unwrap();
+        let column = batch.field("labels").unwrap();
+        let hot = batch
+            .field_to_candle(
+                "labels",
+                crate::Target::MultiHot { classes: 3 },
+                &Device::Cpu,
+            )
+            .unwrap();
+        assert_eq!((hot.dims(), hot.dtype()), (&[3, 3][..], DType::F32));
+        let crate::TargetValues::F32(want) = column
+            .target(crate::Target::MultiHot { classes: 3 })
+            .unwrap()
+            .0
+        else {
+            unreachable!()
+        };
+        assert_eq!(hot.flatten_all().unwrap().to_vec1::<f32>().unwrap(), want);
+        let padded = batch
+            .field_to_candle("labels", crate::Target::Padded { pad: -1.0 }, &Device::Cpu)
+            .unwrap();
+        assert_eq!((padded.dims(), padded.dtype()), (&[3, 3][..], DType::I64));
+        let e = batch
+            .field_to_candle("caption", crate::Target::Dense, &Device::Cpu)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`caption` is not one of the loader's fields"),
+            "{e}"
+        );
+    }
 
     /// The tensors hold the batch's values bit for bit, in every dtype and layout, whether
     /// copied or taken.

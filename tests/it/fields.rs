@@ -555,3 +555,73 @@ fn the_command_line_writes_each_samples_fields() {
         "{err}"
     );
 }
+
+/// Re-sharding keeps what a sample had: a tar source's other members, another source's fields
+/// asked for, and the class names, which opening the shards reads back.
+#[test]
+fn shards_keep_members_fields_and_class_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let from = dir.path().join("from");
+    std::fs::create_dir(&from).unwrap();
+    img2dataset_shards(&from, 2, 4);
+    let out = dir.path().join("out");
+    imagefeed::write_shards(&Source::open(&from).unwrap(), &out, 3, Some(9)).unwrap();
+    let resharded = Source::open(&out).unwrap();
+    let loader = builder(&resharded).field("json").build().unwrap();
+    for b in loader.epoch(0) {
+        let b = b.unwrap();
+        for (k, &i) in b.indices().iter().enumerate() {
+            let text = b.field("txt").unwrap().text(k).unwrap();
+            let n = number_of(text);
+            assert_eq!(b.labels()[k] as usize, n % 3, "sample {i}");
+            assert!(b
+                .field("json")
+                .unwrap()
+                .text(k)
+                .unwrap()
+                .contains(&format!("\"i\": {n}}}")));
+        }
+    }
+    // Class folders: their names come back; a TSV list's column becomes a member.
+    let classes = dir.path().join("classes");
+    imagefeed::write_shards(
+        &Source::from_dir(testdata("classes")).unwrap(),
+        &classes,
+        2,
+        None,
+    )
+    .unwrap();
+    let back = Source::open(&classes).unwrap();
+    assert_eq!(
+        back.class_names(),
+        Source::from_dir(testdata("classes")).unwrap().class_names()
+    );
+    let tsv_dir = dir.path().join("tsv");
+    std::fs::create_dir(&tsv_dir).unwrap();
+    let mut text = String::from("path\tlabel\tcaption\n");
+    for i in 0..3 {
+        std::fs::write(tsv_dir.join(format!("{i}.jpg")), photo(i)).unwrap();
+        text.push_str(&format!("{i}.jpg\t{i}\t{}\n", caption(i)));
+    }
+    std::fs::write(tsv_dir.join("list.tsv"), text).unwrap();
+    let tsv = Source::open(tsv_dir.join("list.tsv")).unwrap();
+    let tsv_out = dir.path().join("tsv-out");
+    imagefeed::write_shards_with(&tsv, &tsv_out, 2, None, &[Field::new("caption")]).unwrap();
+    let loader = Loader::builder(Source::open(&tsv_out).unwrap())
+        .image_size(16)
+        .field("caption")
+        .build()
+        .unwrap();
+    let mut n = 0;
+    for b in loader.epoch(0) {
+        let b = b.unwrap();
+        for (k, &i) in b.indices().iter().enumerate() {
+            assert_eq!(
+                b.field("caption").unwrap().text(k),
+                Some(&*caption(i as usize))
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 3);
+}

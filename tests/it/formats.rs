@@ -695,3 +695,13 @@ fn a_parquet_file_the_parquet_crate_panics_on_is_an_error_naming_it() {
         assert!(e.contains("parquet"), "{e}");
     }
 }
+
+/// `datasets` writes a `ClassLabel`'s names into the parquet file's metadata: they are the
+/// source's class names.
+#[test]
+fn a_class_labels_names_come_from_the_parquet_metadata() {
+    let source = Source::open(testdata("formats/parquet")).unwrap();
+    let names = source.class_names().expect("the ClassLabel's names");
+    assert_eq!(names.len() as u32, source.num_classes());
+    assert_eq!(names, ["cat", "dog", "fish"]);
+}

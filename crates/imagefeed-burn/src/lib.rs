@@ -121,6 +121,62 @@ impl<B: Backend> ImageBatch<B> {
     }
 }
 
+/// A field of numbers as a burn tensor ([`field_tensor`]): `f32` targets (multi-hot labels,
+/// float vectors) as the backend's float type, integer lists as its int type.
+#[derive(Debug, Clone)]
+pub enum FieldTensor<B: Backend> {
+    /// `[n, width]` floats.
+    Float(Tensor<B, 2>),
+    /// `[n, width]` integers.
+    Int(Tensor<B, 2, Int>),
+}
+
+/// Field `name` of `batch` as a burn tensor on `device`, made as `target` says
+/// ([`imagefeed::FieldColumn::target`]): a multi-hot matrix of class labels, integer lists
+/// padded, or float vectors. Call it before [`ImageBatch::from_batch`] takes the batch.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use imagefeed::{Loader, Source, Target};
+/// use imagefeed_burn::{field_tensor, FieldTensor};
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// # let loader = Loader::builder(Source::from_dir("../../testdata/classes")?).build()?;
+/// # let batch = loader.epoch(0).next().unwrap()?;
+/// // A batch without a field `labels`: an error naming it.
+/// let e = field_tensor::<NdArray>(&batch, "labels", Target::MultiHot { classes: 3 }, &Default::default());
+/// assert!(e.unwrap_err().to_string().contains("`labels`"));
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// A field the loader was not asked for, and as [`imagefeed::FieldColumn::target`].
+pub fn field_tensor<B: Backend>(
+    batch: &Batch,
+    name: &str,
+    target: imagefeed::Target,
+    device: &B::Device,
+) -> Result<FieldTensor<B>, imagefeed::Error> {
+    let column = batch.field(name).ok_or_else(|| {
+        imagefeed::Error::tensor(format!(
+            "`{name}` is not one of the loader's fields (LoaderBuilder::field)"
+        ))
+    })?;
+    let (values, shape) = column.target(target)?;
+    Ok(match values {
+        imagefeed::TargetValues::F32(v) => {
+            FieldTensor::Float(Tensor::from_data(TensorData::new(v, shape), device))
+        }
+        imagefeed::TargetValues::I64(v) => {
+            FieldTensor::Int(Tensor::from_data(TensorData::new(v, shape), device))
+        }
+        other => {
+            return Err(imagefeed::Error::tensor(format!(
+                "imagefeed-burn cannot convert {other:?}"
+            )))
+        }
+    })
+}
+
 /// Why an epoch of an [`ImagefeedDataLoader`] ended early, or why a slice has no loader.
 #[derive(Debug)]
 #[non_exhaustive]

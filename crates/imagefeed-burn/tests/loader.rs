@@ -259,3 +259,84 @@ fn a_corrupt_file_ends_the_epoch_and_the_error_is_kept() {
     assert!(dl.take_error().is_some());
     assert_eq!(calls.load(Ordering::Relaxed), 2);
 }
+
+/// A multi-label list (a TSV column of label lists) as a multi-hot float tensor and as padded
+/// ints, row for row with the batch's samples.
+#[test]
+fn a_field_of_label_lists_is_a_multi_hot_or_padded_tensor() {
+    use imagefeed::Target;
+    use imagefeed_burn::{field_tensor, FieldTensor};
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        "cat/cat_0.jpg",
+        "dog/dog_0.jpg",
+        "fish/fish_0.jpg",
+        "cat/cat_1.jpg",
+    ];
+    let labels = ["0 2", "1", "", "[3, 0, 1]"];
+    let mut list = String::from("path\tlabel\tlabels\n");
+    for (k, (f, l)) in files.iter().zip(labels).enumerate() {
+        list.push_str(&format!(
+            "{}\t{k}\t{l}\n",
+            testdata("classes").join(f).display()
+        ));
+    }
+    std::fs::write(dir.path().join("list.tsv"), list).unwrap();
+    let loader = Loader::builder(Source::open(dir.path().join("list.tsv")).unwrap())
+        .image_size(16)
+        .batch_size(4)
+        .field("labels")
+        .build()
+        .unwrap();
+    let device = NdArrayDevice::Cpu;
+    let mut seen = 0;
+    for batch in loader.epoch(0) {
+        let batch = batch.unwrap();
+        let FieldTensor::Float(hot) =
+            field_tensor::<B>(&batch, "labels", Target::MultiHot { classes: 4 }, &device).unwrap()
+        else {
+            panic!("a multi-hot target is floats")
+        };
+        assert_eq!(hot.dims(), [batch.len(), 4]);
+        let hot = hot.to_data().to_vec::<f32>().unwrap();
+        let FieldTensor::Int(padded) =
+            field_tensor::<B>(&batch, "labels", Target::Padded { pad: -1.0 }, &device).unwrap()
+        else {
+            panic!("integer lists stay integers")
+        };
+        assert_eq!(padded.dims(), [batch.len(), 3]);
+        let padded = padded.to_data().convert::<i64>().to_vec::<i64>().unwrap();
+        for (row, &sample) in batch.labels().iter().enumerate() {
+            let want: Vec<i64> = labels[sample as usize]
+                .trim_matches(|c| c == '[' || c == ']')
+                .split([' ', ','])
+                .filter(|w| !w.is_empty())
+                .map(|w| w.parse().unwrap())
+                .collect();
+            for c in 0..4 {
+                let on = want.contains(&(c as i64));
+                assert_eq!(
+                    hot[row * 4 + c],
+                    if on { 1.0 } else { 0.0 },
+                    "sample {sample}"
+                );
+            }
+            let mut row_want = want.clone();
+            row_want.resize(3, -1);
+            assert_eq!(
+                &padded[row * 3..row * 3 + 3],
+                &row_want[..],
+                "sample {sample}"
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 4);
+    let batch = loader.epoch(1).next().unwrap().unwrap();
+    let e = field_tensor::<B>(&batch, "caption", Target::Dense, &device).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("`caption` is not one of the loader's fields"),
+        "{e}"
+    );
+}

@@ -30,10 +30,15 @@ pub(crate) fn shards(
     out_dir: &std::path::Path,
     shard_size: usize,
     seed: Option<u64>,
+    fields: &[String],
 ) -> Result<(), AnyError> {
     let source = Source::open(source)?;
     let start = Instant::now();
-    let written = imagefeed::write_shards(&source, out_dir, shard_size, seed)?;
+    let fields: Vec<imagefeed::Field> = fields
+        .iter()
+        .map(|f| imagefeed::Field::new(f.as_str()).optional())
+        .collect();
+    let written = imagefeed::write_shards_with(&source, out_dir, shard_size, seed, &fields)?;
     let secs = start.elapsed().as_secs_f64();
     println!(
         "wrote {} samples ({:.1} MB of images) into {} shard(s) in {}, {:.1} s ({})",

@@ -70,7 +70,8 @@ enum Command {
         long_side: Option<Vec<u32>>,
     },
     /// Write a source (list, class folders, URL) as WebDataset tar shards: shard-000000.tar, …
-    /// with KEY.jpg and KEY.cls members, KEY being the source's sample index.
+    /// with KEY.jpg and KEY.cls members (and a tar source's other members, and --field's),
+    /// KEY being the source's sample index; the class names go to imagefeed-classes.txt.
     Shards {
         /// A file list, a folder of class folders, or a URL.
         source: PathBuf,
@@ -86,6 +87,11 @@ enum Command {
         /// mixes poorly).
         #[arg(long)]
         no_shuffle: bool,
+        /// Also write this field of each sample as the member KEY.NAME (repeatable): a parquet
+        /// column, a TFRecord feature, a TSV list's column. A tar source's other members
+        /// (KEY.txt, KEY.json, ...) are kept without it.
+        #[arg(long = "field", value_name = "NAME")]
+        fields: Vec<String>,
     },
     /// Write a manifest of a dataset's shards (tar shards, TFRecord or parquet files; local or
     /// in object storage): one small file listing each shard's samples, size and time, which
@@ -221,7 +227,14 @@ fn main() -> ExitCode {
             shard_size,
             seed,
             no_shuffle,
-        }) => shards(&source, &out_dir, shard_size, (!no_shuffle).then_some(seed)),
+            fields,
+        }) => shards(
+            &source,
+            &out_dir,
+            shard_size,
+            (!no_shuffle).then_some(seed),
+            &fields,
+        ),
         Some(Command::Index { source, out }) => index(&source, out.as_deref()),
         Some(Command::ShuffleQuality { source, args }) => shuffle_quality(&source, &args),
         Some(Command::Floor {

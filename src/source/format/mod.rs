@@ -49,6 +49,9 @@ pub(crate) enum Step {
     Pending(futures_util::future::BoxFuture<'static, Result<Sample, Error>>),
 }
 
+/// A sample's other members: each one's extension and bytes.
+pub(crate) type Members = Vec<(Box<str>, Vec<u8>)>;
+
 /// A format's reader for one epoch's fetch loop, or for one random read.
 pub(crate) trait Reader: Send {
     /// Bytes to reserve in the fetch budget before reading sample `i`: its size where the
@@ -58,6 +61,13 @@ pub(crate) trait Reader: Send {
     /// Reads sample `i` into a [`Sample`] (its name written into `name`, for messages),
     /// refusing one of more than `limit` bytes.
     fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step;
+
+    /// Sample `i`'s members besides its image and label (a tar shard's `KEY.txt`, `KEY.json`,
+    /// …): extension and bytes, for re-sharding. None for other formats.
+    fn other_members(&mut self, i: u32) -> Result<Members, Error> {
+        let _ = i;
+        Ok(Vec::new())
+    }
 
     /// The store whose runtime drives pending reads, and the most requests in flight.
     #[cfg(feature = "remote")]

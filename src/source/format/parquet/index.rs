@@ -24,6 +24,8 @@ struct Indexed {
     /// Each row group's largest label.
     /// Each row group's smallest and largest label.
     label_ranges: Vec<(Option<u32>, Option<u32>)>,
+    /// The label column's class names, from `datasets`' metadata.
+    class_names: Option<Vec<String>>,
 }
 
 /// A manifest's row groups of one file: (group, rows, what was counted).
@@ -166,7 +168,17 @@ fn index_file(
             }
         }
     }
+    let class_names = label_leaf.and_then(|_| {
+        let kv = metadata.file_metadata().key_value_metadata()?;
+        let json = kv
+            .iter()
+            .find(|k| k.key == "huggingface")?
+            .value
+            .as_deref()?;
+        class_label_names(json, label_name)
+    });
     Ok(Indexed {
+        class_names,
         file: PqFile {
             leaf,
             label: label_leaf.map(|k| (k, label_name.to_string())),
@@ -364,7 +376,11 @@ pub(crate) fn index_files_with(
     let (mut image_bytes, mut largest_group) = (0u64, 0u64);
     let mut max_label = None;
     let mut first = 0u64;
-    for (k, (f, located)) in indexed.into_iter().zip(files).enumerate() {
+    let mut class_names = None;
+    for (k, (mut f, located)) in indexed.into_iter().zip(files).enumerate() {
+        if class_names.is_none() {
+            class_names = f.class_names.take();
+        }
         let located = Arc::new(located);
         for (g, &rows) in f.group_rows.iter().enumerate() {
             if rows == 0 {
@@ -409,10 +425,28 @@ pub(crate) fn index_files_with(
         largest_group,
         max_bytes_in_flight: options.max_bytes_in_flight,
     };
+    let mut index = FileIndex::with_origin(origin, base);
+    index.class_names = class_names;
     Ok(Source {
-        index: FileIndex::with_origin(origin, base),
+        index,
         backing: Backing::Parquet(Arc::new(pq)),
     })
+}
+
+/// The names of a `ClassLabel` feature `column` in the JSON `datasets` writes into a parquet
+/// file's `huggingface` metadata (`{"info": {"features": {"label": {"names": [...], "_type":
+/// "ClassLabel"}}}}`).
+fn class_label_names(json: &str, column: &str) -> Option<Vec<String>> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let feature = &v["info"]["features"][column];
+    if feature["_type"] != "ClassLabel" {
+        return None;
+    }
+    feature["names"]
+        .as_array()?
+        .iter()
+        .map(|n| n.as_str().map(str::to_string))
+        .collect()
 }
 
 /// A column's type, for messages.

@@ -38,7 +38,8 @@ pub(crate) use index::{index_local, open_shards, scan_shard, Counted};
 pub(crate) use read::TarReader;
 #[cfg(feature = "remote")]
 pub(crate) use sidecar::{parse_sidecar, sidecar_name};
-pub use write::{write_shards, ShardsWritten};
+pub(crate) use write::class_names_in;
+pub use write::{write_shards, write_shards_with, ShardsWritten};
 
 /// The largest `.cls` member read (a label is a short decimal number).
 const MAX_CLS_BYTES: u64 = 64;

@@ -184,6 +184,35 @@ impl Reader for TarReader {
         self.locate(i).map_or(0, |(_, t, j)| t[j].len)
     }
 
+    fn other_members(&mut self, i: u32) -> Result<super::super::Members, Error> {
+        let (k, table, j) = self.locate(i)?;
+        let m = &table[j];
+        let file: Arc<Located> = self.set.units.units[k].file.clone();
+        let name = &file.path;
+        let mut out = Vec::with_capacity(m.others.len());
+        for o in &m.others {
+            let bytes = match &file.place {
+                Place::Local(path) => pread(self.file(k, path)?, o.offset, o.len, name)?,
+                Place::Memory(bytes) => bytes
+                    .get(o.offset as usize..(o.offset + o.len) as usize)
+                    .map(<[u8]>::to_vec)
+                    .ok_or_else(|| {
+                        Error::io(
+                            name,
+                            std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                        )
+                    })?,
+                #[cfg(feature = "remote")]
+                Place::Remote { store, key } => store
+                    .get_range(key, o.offset, o.offset + o.len)
+                    .map_err(|e| Error::remote(name, std::io::Error::other(e.to_string())))?
+                    .to_vec(),
+            };
+            out.push((o.ext.clone(), bytes));
+        }
+        Ok(out)
+    }
+
     fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step {
         let (k, table, j) = match self.locate(i) {
             Ok(x) => x,

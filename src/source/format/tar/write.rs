@@ -26,7 +26,10 @@ pub struct ShardsWritten {
 /// buffer of a few shards then mixes well; in source order otherwise) becomes the members
 /// `KKKKKKKKK.jpg` (the original bytes, with the original extension) and `KKKKKKKKK.cls` (its
 /// label), where `KKKKKKKKK` is `i`, zero-padded: a key always leads back to the source's
-/// sample.
+/// sample. A tar source's other members (`KEY.txt`, `KEY.json`, …) are kept as
+/// `KKKKKKKKK.txt`, …; [`write_shards_with`] writes other sources' fields too. The source's
+/// [class names](Source::class_names) go into `imagefeed-classes.txt` beside the shards,
+/// where opening them reads them back.
 ///
 /// Each shard is written to `NAME.partial` and renamed when complete, so a shard file is
 /// never half-written. Existing shards are never overwritten: `out_dir` must not hold any
@@ -55,7 +58,28 @@ pub fn write_shards(
     shard_size: usize,
     shuffle_seed: Option<u64>,
 ) -> Result<ShardsWritten, Error> {
+    write_shards_with(source, out_dir, shard_size, shuffle_seed, &[])
+}
+
+/// [`write_shards`], with each sample's `fields` (a parquet column, a TFRecord feature, a TSV
+/// list's column; see [`Field`](crate::Field)) written as the member `KKKKKKKKK.NAME`: text
+/// and bytes as they are, numbers as text (`1 2 3`). A required field a sample lacks is an
+/// error naming it; an [optional](crate::Field::optional) one is left out.
+///
+/// # Errors
+/// As [`write_shards`], and [`ErrorKind::Field`](crate::ErrorKind::Field) naming the sample
+/// and the field.
+pub fn write_shards_with(
+    source: &Source,
+    out_dir: impl AsRef<Path>,
+    shard_size: usize,
+    shuffle_seed: Option<u64>,
+    fields: &[crate::fields::Field],
+) -> Result<ShardsWritten, Error> {
     let out_dir = out_dir.as_ref();
+    let specs = crate::fields::FieldSpecs::new(fields, crate::fields::MAX_FIELD_LIMIT);
+    specs.validate()?;
+    source.check_fields(&specs)?;
     if shard_size == 0 {
         return Err(Error::config("shard_size", "must be at least 1"));
     }
@@ -85,6 +109,27 @@ pub fn write_shards(
         None => (0..n as u32).collect(),
     };
     let limit = 256u64 << 20;
+    // One reader for the whole run: its shard tables are read once, not once a sample (the
+    // tables of 64 shards at most are kept: shuffled, samples come from every shard).
+    let mut reader = source.backing.reader(&source.index, 64 * 1000, &specs);
+    let mut read =
+        |i: usize| -> Result<(super::super::Sample, PathBuf, super::super::Members), Error> {
+            let Some(r) = reader.as_mut() else {
+                let (sample, name) = source.read_sample_with(i, limit, &specs)?;
+                return Ok((sample, name, Vec::new()));
+            };
+            let mut name = PathBuf::new();
+            let sample = match r.read(i as u32, &mut name, limit) {
+                super::super::Step::Done(s) => s?,
+                #[cfg(feature = "remote")]
+                super::super::Step::Pending(f) => match r.store() {
+                    Some((store, _)) => store.block_on(f)?,
+                    None => return Err(Error::io(&name, std::io::Error::other("no store"))),
+                },
+            };
+            let others = r.other_members(i as u32)?;
+            Ok((sample, name, others))
+        };
     // Each shard's manifest line, written beside the shards at the end.
     let mut lines = Vec::new();
     let mut written = ShardsWritten {
@@ -106,7 +151,7 @@ pub fn write_shards(
             let block = |n: u64| n.div_ceil(512) * 512;
             for &i in chunk {
                 let i = i as usize;
-                let (sample, name) = source.read_sample(i, limit)?;
+                let (sample, name, others) = read(i)?;
                 let data = sample.bytes;
                 let ext = sample_extension(&name, &data);
                 let key = format!("{i:09}");
@@ -131,6 +176,37 @@ pub fn write_shards(
                     &partial,
                 )?;
                 at += 512 + block(text.len() as u64);
+                // The sample's other members, then its fields, each as `KEY.EXT`.
+                let mut kept = Vec::new();
+                for (ext, bytes) in others {
+                    append(&mut builder, &format!("{key}.{ext}"), &bytes, &partial)?;
+                    kept.push(super::Other {
+                        ext,
+                        offset: at + 512,
+                        len: bytes.len() as u64,
+                    });
+                    at += 512 + block(bytes.len() as u64);
+                }
+                for (field, value) in specs.iter().zip(&sample.fields.0) {
+                    let Some(bytes) = member_bytes(value) else {
+                        continue;
+                    };
+                    append(
+                        &mut builder,
+                        &format!("{key}.{}", field.name()),
+                        &bytes,
+                        &partial,
+                    )?;
+                    kept.push(super::Other {
+                        ext: field.name().into(),
+                        offset: at + 512,
+                        len: bytes.len() as u64,
+                    });
+                    at += 512 + block(bytes.len() as u64);
+                }
+                if let Some(last) = found.last_mut() {
+                    last.others = kept;
+                }
                 bytes += data.len() as u64;
             }
             let inner = builder.into_inner().map_err(|e| Error::io(&partial, e))?;
@@ -173,7 +249,41 @@ pub fn write_shards(
     };
     let path = out_dir.join(crate::source::format::manifest::MANIFEST_NAME);
     std::fs::write(&path, manifest.to_text()).map_err(|e| Error::io(&path, e))?;
+    if let Some(names) = source.class_names() {
+        let path = out_dir.join(CLASSES_NAME);
+        let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+    }
     Ok(written)
+}
+
+/// The class names beside shards `imagefeed shards` wrote: one a line, by label.
+pub(crate) const CLASSES_NAME: &str = "imagefeed-classes.txt";
+
+/// The class names in `dir`'s `imagefeed-classes.txt`, if it has one (a name may not hold a
+/// line break; an unreadable or non-UTF-8 file is ignored with a warning).
+pub(crate) fn class_names_in(dir: &Path) -> Option<Vec<String>> {
+    let path = dir.join(CLASSES_NAME);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text.lines().map(str::to_string).collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            log::warn!("{}: not read ({e}); no class names", path.display());
+            None
+        }
+    }
+}
+
+/// A field's value as a member's bytes: text and bytes as they are, numbers as text.
+fn member_bytes(value: &crate::fields::FieldData) -> Option<Vec<u8>> {
+    use crate::fields::FieldData;
+    let join = |v: Vec<String>| v.join(" ").into_bytes();
+    match value {
+        FieldData::Missing => None,
+        FieldData::Text(b) | FieldData::Bytes(b) => Some(b.clone()),
+        FieldData::Ints(v) => Some(join(v.iter().map(ToString::to_string).collect())),
+        FieldData::Floats(v) => Some(join(v.iter().map(ToString::to_string).collect())),
+    }
 }
 
 fn append<W: std::io::Write>(
