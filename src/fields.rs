@@ -484,7 +484,7 @@ impl<'a> FieldColumn<'a> {
 
     /// The column as a target of training, row-major with its shape; see [`Target`]. The one
     /// conversion candle, burn and tch tensors of a field are made from
-    /// ([`Batch::field_to_candle`](crate::Batch::field_to_candle) with the `candle` feature,
+    /// (`Batch::field_to_candle` with the `candle` feature,
     /// imagefeed-burn's `field_tensor`, or `tch::Tensor::from_slice` of these values).
     ///
     /// ```no_run

@@ -6,6 +6,7 @@
 
 use half::{bf16, f16};
 
+#[cfg(target_arch = "x86_64")]
 use crate::simd;
 
 /// The element type of the batch images.
@@ -380,6 +381,7 @@ mod tests {
             n.write_f32_portable(&sample, &mut want);
             // Every kernel this CPU has, at every alignment of the output.
             type Kernel = fn(&Normalizer, &[u8], &mut [f32]);
+            #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
             let mut kernels: Vec<(&str, Kernel)> = vec![("dispatch", Normalizer::write_f32)];
             #[cfg(target_arch = "x86_64")]
             {

@@ -24,6 +24,7 @@ const ROUND: i32 = 1 << 13;
 /// `cr` (of equal lengths) into `out`.
 pub(crate) fn ycbcr_to_rgb(y: &[u8], cb: &[u8], cr: &[u8], out: &mut [u8]) {
     let n = y.len().min(cb.len()).min(cr.len()).min(out.len() / 3);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))] // set by the x86-64 kernels
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {

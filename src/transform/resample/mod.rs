@@ -249,6 +249,7 @@ impl Taps {
         self.pairs.clear();
         // Every window bound the AVX2 build computes must fit an i32 lane.
         let small = |v: f64| v.is_finite() && v.abs() < f64::from(1 << 30);
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))] // set by the x86-64 kernels
         let mut done = false;
         #[cfg(target_arch = "x86_64")]
         if simd
@@ -670,6 +671,7 @@ fn to_u8(acc: i32) -> u8 {
 fn vertical(src: &[u8], offsets: &[usize], w: &[i16], out: &mut [u8], kernels: Kernels) {
     let n = out.len();
     debug_assert!(offsets.iter().all(|&o| o + n <= src.len()));
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))] // set by the x86-64 kernels
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     {
@@ -698,6 +700,7 @@ fn horizontal(
     planes: &mut Vec<u8>,
     channels: usize,
 ) {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))] // set by the x86-64 kernels
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if kernels != Kernels::Portable {
@@ -1074,6 +1077,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(clippy::needless_return))]
     fn the_one_plane_kernel_takes_the_usual_scales() {
         // As `simd_kernels_cover_whole_rows`, for the planes of a JPEG decoded to planes:
         // luma 250 -> 160 and 4:2:0 chroma 125 -> 160, a row at a time where it lies.
@@ -1097,6 +1101,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(clippy::needless_return))]
     fn simd_kernels_cover_whole_rows() {
         // The portable loops only finish what the AVX2 kernels leave; on a typical resize
         // the kernels must do every row whole, or the speed quietly falls back.
