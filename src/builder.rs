@@ -518,7 +518,7 @@ impl LoaderBuilder {
                 (
                     m,
                     format!("this machine has {:.1} MB of memory", m as f64 / 1e6),
-                    ", or set a host_memory_limit to run anyway",
+                    ", or set `host_memory_limit` to run anyway",
                 )
             }),
         };
@@ -529,7 +529,7 @@ impl LoaderBuilder {
                     format!(
                         "the settings need up to {:.1} MB but {what}; {}{hint}. Budget: {budget}",
                         budget.total() as f64 / 1e6,
-                        what_to_lower(&budget)
+                        settings_that_fit(cfg, &self.source, limit)
                     ),
                 ));
             }
@@ -554,24 +554,108 @@ impl LoaderBuilder {
     }
 }
 
-fn what_to_lower(b: &MemoryBudget) -> &'static str {
-    let parts = [
+/// Settings that would fit the budget under `limit`, with values: each alone where one does
+/// (the value nearest the user's), else the fewest changes together, else what the smallest
+/// settings still need. Setting names are written `like_this` (the command line swaps in its
+/// flags).
+fn settings_that_fit(cfg: &Config, source: &Source, limit: u64) -> String {
+    type Set = fn(&mut Config, u64);
+    let fits = |c: &Config| MemoryBudget::compute(c, source).total() <= limit;
+    // (name, current value, smallest value, how to set it); each lowers the budget as it falls.
+    let mut knobs: Vec<(&str, u64, u64, Set)> = vec![
         (
-            b.large_image_bytes,
-            "lower max_pixels (it sizes the memory large decodes share)",
+            "max_pixels",
+            cfg.decode.max_pixels,
+            1_000_000.min(cfg.decode.max_pixels),
+            |c, v| c.decode.max_pixels = v,
         ),
-        (
-            b.batch_bytes,
-            "lower batch_size or prefetch, or use a smaller dtype (f16, bf16, u8)",
-        ),
-        (b.decode_scratch_bytes, "lower decode_threads"),
-        (b.in_flight_bytes, "lower decode_threads"),
-        (b.index_bytes, "split the dataset into shards"),
+        ("batch_size", cfg.output.batch_size as u64, 1, |c, v| {
+            c.output.batch_size = v as usize
+        }),
+        ("prefetch", cfg.tuning.prefetch as u64, 1, |c, v| {
+            c.tuning.prefetch = v as usize
+        }),
     ];
-    parts
-        .iter()
-        .max_by_key(|(bytes, _)| *bytes)
-        .map_or("lower batch_size", |(_, what)| what)
+    if !cfg.tuning.autotune {
+        knobs.push(("decode_threads", cfg.tuning.threads() as u64, 1, |c, v| {
+            c.tuning.decode_threads = v as usize
+        }));
+    }
+    // The largest value in lo..=hi that fits, with `base` otherwise as it is.
+    let best = |base: &Config, set: Set, lo: u64, hi: u64| -> Option<u64> {
+        let at = |v: u64| {
+            let mut c = base.clone();
+            set(&mut c, v);
+            fits(&c)
+        };
+        if !at(lo) {
+            return None;
+        }
+        let (mut lo, mut hi) = (lo, hi);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if at(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(lo)
+    };
+    let round = |name: &str, v: u64| {
+        if name == "max_pixels" && v >= 1_000_000 {
+            v / 100_000 * 100_000 // a round figure, still under the limit
+        } else {
+            v
+        }
+    };
+    let mut alone = Vec::new();
+    for &(name, now, lo, set) in &knobs {
+        if now > lo {
+            if let Some(v) = best(cfg, set, lo, now - 1) {
+                alone.push(format!("`{name}` {}", round(name, v)));
+            }
+        }
+    }
+    if cfg.output.dtype == crate::Dtype::F32 {
+        let mut c = cfg.clone();
+        c.output.dtype = crate::Dtype::U8;
+        if fits(&c) {
+            alone.push("`dtype` u8 (or f16, bf16)".into());
+        }
+    }
+    if !alone.is_empty() {
+        return format!("any one of these fits: {}", alone.join("; "));
+    }
+    // Together: batch_size kept nearest the user's, then max_pixels, decode_threads and
+    // prefetch, each as high as the ones after it at their smallest allow.
+    let rank = |name: &str| {
+        ["batch_size", "max_pixels", "decode_threads", "prefetch"]
+            .iter()
+            .position(|n| *n == name)
+    };
+    knobs.sort_by_key(|k| rank(k.0));
+    let mut c = cfg.clone();
+    let mut together = Vec::new();
+    for (k, &(name, now, lo, set)) in knobs.iter().enumerate() {
+        let mut rest = c.clone();
+        for &(_, _, lo, set) in &knobs[k + 1..] {
+            set(&mut rest, lo);
+        }
+        let v = best(&rest, set, lo, now).unwrap_or(lo);
+        set(&mut c, v);
+        if v != now {
+            together.push(format!("`{name}` {}", round(name, v)));
+        }
+        if fits(&c) {
+            return format!("these fit together: {}", together.join(", "));
+        }
+    }
+    format!(
+        "even {} need {:.1} MB: raise the limit",
+        together.join(", "),
+        MemoryBudget::compute(&c, source).total() as f64 / 1e6
+    )
 }
 
 #[cfg(test)]
@@ -684,6 +768,16 @@ mod tests {
         assert!(b.total() < u64::MAX);
     }
 
+    /// The value the advice of a memory-limit error gives setting `name`.
+    fn value_in(e: &str, name: &str) -> Option<u64> {
+        let at = e.find(&format!("`{name}` "))? + name.len() + 3;
+        e[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    }
+
     #[test]
     fn memory_limit_names_what_to_lower() {
         let e = LoaderBuilder::new(source())
@@ -691,6 +785,61 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("max_pixels"), "{e}");
+        // Each setting named fits: the advice can be followed as written.
+        let budget = LoaderBuilder::new(source()).batch_size(256).memory_budget();
+        let limit = budget.total() - budget.large_image_bytes / 2;
+        let e = LoaderBuilder::new(source())
+            .batch_size(256)
+            .host_memory_limit(limit)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("any one of these fits: `max_pixels` "), "{e}");
+        let value = |name: &str| -> Option<u64> {
+            let at = e.find(&format!("`{name}` "))? + name.len() + 3;
+            e[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        };
+        let mp = value("max_pixels").unwrap();
+        assert!(LoaderBuilder::new(source())
+            .batch_size(256)
+            .max_pixels(mp)
+            .host_memory_limit(limit)
+            .build()
+            .is_ok());
+        // Under the steady budget no max_pixels fits: settings together, which fit.
+        let steady = LoaderBuilder::new(source())
+            .batch_size(256)
+            .memory_budget()
+            .steady();
+        let limit = steady * 3 / 4;
+        let e = LoaderBuilder::new(source())
+            .batch_size(256)
+            .host_memory_limit(limit)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("these fit together: "), "{e}");
+        let value = |name: &str| value_in(&e, name);
+        let mut b = LoaderBuilder::new(source())
+            .batch_size(256)
+            .host_memory_limit(limit);
+        if let Some(v) = value("batch_size") {
+            b = b.batch_size(v as usize);
+        }
+        if let Some(v) = value("max_pixels") {
+            b = b.max_pixels(v);
+        }
+        if let Some(v) = value("decode_threads") {
+            b = b.decode_threads(v as usize);
+        }
+        if let Some(v) = value("prefetch") {
+            b = b.prefetch(v as usize);
+        }
+        assert!(b.build().is_ok(), "{e}");
         let b = LoaderBuilder::new(source())
             .max_pixels(1_000_000)
             .batch_size(512)

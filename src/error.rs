@@ -223,6 +223,22 @@ impl Error {
         }
     }
 
+    /// The error of a sample listed at `line` of file list `list`, saying so (an I/O or
+    /// decode error; any other comes back as it is).
+    pub(crate) fn listed_at(self, list: &Path, line: u64) -> Error {
+        let at = format!(" (listed at {}:{line})", list.display());
+        match *self.0 {
+            ErrorKind::Io { path, source } => Error::io(
+                path,
+                std::io::Error::new(source.kind(), format!("{source}{at}")),
+            ),
+            ErrorKind::Decode { path, source } => {
+                Error::decode(path, DecodeFailure(format!("{source}{at}")))
+            }
+            kind => Error::new(kind),
+        }
+    }
+
     /// The cause without the path, for recording a failed sample.
     pub(crate) fn reason(&self) -> String {
         match &*self.0 {

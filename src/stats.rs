@@ -105,6 +105,107 @@ impl Stats {
     }
 }
 
+/// The epoch's summary in a few lines, as the command line prints it: images, batches, time and
+/// rate; skips and padding; decode threads, prefetch and how long the consumer waited; the time
+/// per image in each stage; the cache. The alternate form (`{:#}`) adds a line per skipped
+/// sample (path and reason), which the loader has also logged at `warn` level.
+///
+/// ```
+/// # fn main() -> Result<(), imagefeed::Error> {
+/// use imagefeed::{Loader, Source};
+/// let loader = Loader::builder(Source::from_dir("testdata/classes")?).batch_size(4).build()?;
+/// for batch in loader.epoch(0) {
+///     batch?;
+/// }
+/// let summary = loader.stats().to_string();
+/// assert!(summary.starts_with("epoch 0: 11 images in 3 batches"), "{summary}");
+/// println!("{summary}");
+/// # Ok(()) }
+/// ```
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "epoch {}: {} images in {} batches, {:.2} s, {:.0} images/s",
+            self.epoch,
+            self.images,
+            self.batches,
+            self.seconds,
+            self.images_per_sec()
+        )?;
+        if self.skipped > 0 || self.padded > 0 {
+            write!(
+                f,
+                "; {} skipped, {} padding copies",
+                self.skipped, self.padded
+            )?;
+        }
+        write!(
+            f,
+            "\n  {} decode threads, prefetch {}; the consumer waited {:.0}% of the time",
+            self.decode_threads,
+            self.prefetch,
+            100.0 * self.consumer_wait_fraction()
+        )?;
+        let decoded = self.images.saturating_sub(self.cache_hits);
+        if decoded > 0 && !self.from_cache {
+            let us = |d: Duration| d.as_secs_f64() * 1e6 / decoded as f64;
+            write!(
+                f,
+                "\n  per image (thread time): read {:.0} us, decode {:.0} us, resize {:.0} us, \
+                 batch write {:.0} us; decode threads waited {:.0} us",
+                us(self.read),
+                us(self.decode),
+                us(self.resize),
+                us(self.batch_write),
+                us(self.decode_wait)
+            )?;
+        }
+        let size = |b: Option<u64>| {
+            b.map_or(String::new(), |b| {
+                format!(" ({:.1} MB on disk)", b as f64 / 1e6)
+            })
+        };
+        if self.from_cache {
+            write!(
+                f,
+                "\n  read from the on-disk cache{}",
+                size(self.cache_bytes)
+            )?;
+        } else if self.wrote_cache {
+            match self.cache_bytes {
+                Some(_) => write!(f, "\n  wrote the on-disk cache{}", size(self.cache_bytes))?,
+                None => write!(f, "\n  wrote the on-disk cache (not complete)")?,
+            }
+        }
+        if self.h2d_bytes > 0 {
+            write!(
+                f,
+                "\n  host to device: {:.1} GB/s while copying",
+                self.h2d_gb_per_sec()
+            )?;
+        }
+        if f.alternate() {
+            for (path, reason) in &self.skipped_samples {
+                // A reason is an error's text, which names the file already.
+                if reason.starts_with(&*path.to_string_lossy()) {
+                    write!(f, "\n  skipped {reason}")?;
+                } else {
+                    write!(f, "\n  skipped {}: {reason}", path.display())?;
+                }
+            }
+            if self.skipped > self.skipped_samples.len() as u64 {
+                write!(
+                    f,
+                    "\n  … and {} more skipped",
+                    self.skipped - self.skipped_samples.len() as u64
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct StatsCell {
     pub(crate) epoch: AtomicU64,

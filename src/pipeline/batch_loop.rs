@@ -374,7 +374,7 @@ pub(super) fn batch_loop_inner(
                         }
                         last_error = Some(e);
                     }
-                    _ => return Err(e),
+                    _ => return Err(epoch.source.with_list_line(e, msg.index)),
                 },
             }
         }

@@ -140,6 +140,47 @@ impl ListIndex {
 }
 
 impl FileIndex {
+    /// The line of the list file this index was read from that lists entry `i`, for an
+    /// error's message: found again in the list (from the nearest checkpoint of a list read
+    /// in place, else from its start). `None` for an index not read from a list, or a list
+    /// changed since.
+    pub(crate) fn line_of(&self, i: usize) -> Option<u64> {
+        if i >= self.len() {
+            return None;
+        }
+        let (offset, line, skip) = match &self.entries {
+            Entries::List(l) => {
+                let (offset, line) = l.checkpoints[(i as u64 / EVERY) as usize];
+                (offset, line, i as u64 % EVERY)
+            }
+            Entries::InMemory { .. } => (0, 0, i as u64),
+        };
+        let file = File::open(&self.origin).ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None; // a folder of class folders
+        }
+        let reader = BufReader::with_capacity(
+            64 << 10,
+            At {
+                file: &file,
+                pos: offset,
+            },
+        );
+        let header = match &self.entries {
+            Entries::List(l) => l.header.clone(),
+            Entries::InMemory { .. } => None,
+        };
+        let mut lines = super::format::list::Lines::new(&self.origin, reader, line, offset)
+            .ok()?
+            .with_header(header);
+        for _ in 0..skip {
+            lines.next_entry().ok()??;
+        }
+        let entry = lines.next_entry().ok()??;
+        // The line must list the entry's path still (a list rewritten since says nothing).
+        (entry.path == &*self.raw_path_of(i)).then_some(entry.line)
+    }
+
     pub(crate) fn with_origin(origin: PathBuf, base: PathBuf) -> Self {
         FileIndex {
             origin,

@@ -258,8 +258,9 @@ impl Source {
     }
 
     /// Samples `range` of a source of local files, as a new source with the same paths and
-    /// labels (the range is cut to the source): a train/held-out split, or one part of a
-    /// dataset. Class names are not carried over.
+    /// labels (the range is cut to the source): one part of a dataset. Class names are not
+    /// carried over. A source of class folders is sorted by class, so a range of it holds few
+    /// classes: for a held-out set, [`split`](Self::split) takes a share of every class.
     ///
     /// ```
     /// # fn main() -> Result<(), imagefeed::Error> {
@@ -283,6 +284,132 @@ impl Source {
         }
         let range = range.start.min(self.len())..range.end.min(self.len());
         Source::from_entries(range.filter_map(|i| Some((self.path(i)?, self.label(i)?))))
+    }
+
+    /// Splits the source in two, seeded and deterministic: `(train, held_out)`, with about
+    /// `fraction` of the samples held out. Unlike a [`slice`](Self::slice) of a source sorted
+    /// by class (class folders are), it never holds out one class by accident:
+    /// - a source of local files is split per class: each class gives the same share of its
+    ///   samples (at least one to each part where it has two), chosen by `seed`; the parts
+    ///   keep the class names;
+    /// - tar shards, TFRecord files and parquet files are split by whole shards (parquet: row
+    ///   groups), chosen by `seed`, since their samples are read as streams: hold out at least
+    ///   a few shards' worth for a split that mixes classes.
+    ///
+    /// The same source, fraction and seed give the same split on every rank and every run.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// let all = imagefeed::Source::from_dir("testdata/classes")?; // sorted by class
+    /// let (train, held_out) = all.split(0.3, 7)?;
+    /// assert_eq!(train.len() + held_out.len(), all.len());
+    /// // Every class is in both parts.
+    /// let classes = |s: &imagefeed::Source| {
+    ///     let mut c: Vec<u32> = (0..s.len()).filter_map(|i| s.label(i)).collect();
+    ///     c.dedup();
+    ///     c
+    /// };
+    /// assert_eq!(classes(&held_out), [0, 1, 2]);
+    /// assert_eq!(classes(&train), [0, 1, 2]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a `fraction` outside
+    /// `(0, 1)`; [`ErrorKind::Source`](crate::ErrorKind::Source) for a source with fewer than
+    /// two samples (or shards), a mixture (split its sources), or objects in a store.
+    pub fn split(&self, fraction: f64, seed: u64) -> Result<(Source, Source), Error> {
+        if !(fraction > 0.0 && fraction < 1.0) {
+            return Err(Error::config(
+                "split",
+                format!("the held-out fraction must be between 0 and 1, not {fraction}"),
+            ));
+        }
+        // A seeded order of `0..n` (a sort by a hash of each number).
+        let order = |n: usize, salt: u64| {
+            let mut v: Vec<usize> = (0..n).collect();
+            v.sort_by_key(|&i| splitmix(seed ^ splitmix(salt) ^ splitmix(i as u64 + 1)));
+            v
+        };
+        let origin = self.index.origin.clone();
+        if self.kind() == SourceKind::Files {
+            let mut by_class: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+            self.index
+                .for_each(|i, _, label| by_class.entry(label).or_default().push(i));
+            let mut held = vec![false; self.len()];
+            for (&label, members) in &by_class {
+                let n = members.len();
+                let share = (n as f64 * fraction).round() as usize;
+                let want = if n >= 2 {
+                    share.clamp(1, n - 1)
+                } else {
+                    share.min(n)
+                };
+                for k in order(n, u64::from(label)).into_iter().take(want) {
+                    held[members[k]] = true;
+                }
+            }
+            if held.iter().all(|&h| h) || !held.iter().any(|&h| h) {
+                return Err(Error::source(
+                    origin,
+                    format!("{} samples cannot be split in two", self.len()),
+                ));
+            }
+            let part = |keep: bool| -> Result<Source, Error> {
+                let mut s = Source::from_entries(
+                    (0..self.len())
+                        .filter(|&i| held[i] == keep)
+                        .filter_map(|i| Some((self.path(i)?, self.label(i)?))),
+                )?;
+                s.index.class_names = self.index.class_names.clone();
+                s.index.origin = origin.clone();
+                Ok(s)
+            };
+            return Ok((part(false)?, part(true)?));
+        }
+        let Some(units) = self.backing.units() else {
+            return Err(Error::source(
+                origin,
+                "only local files, tar shards, TFRecord and parquet files can be split (a \
+                 mixture: split each of its sources; objects in a store: list them in a file)",
+            ));
+        };
+        let n = units.units.len();
+        if n < 2 {
+            return Err(Error::source(
+                origin,
+                "one shard (or parquet row group) cannot be split: its samples are read as one \
+                 stream; write more, smaller shards (imagefeed shards)",
+            ));
+        }
+        let total = units.len() as f64;
+        let mut held = Vec::new();
+        let mut count = 0u64;
+        for k in order(n, u64::MAX) {
+            if held.len() + 1 == n || (count as f64) >= fraction * total {
+                break;
+            }
+            // The unit that brings the held-out share nearest the fraction, and at least one.
+            let c = u64::from(units.units[k].count);
+            let before = (count as f64 - fraction * total).abs();
+            let after = ((count + c) as f64 - fraction * total).abs();
+            if held.is_empty() || after <= before {
+                held.push(k);
+                count += c;
+            }
+        }
+        held.sort_unstable();
+        let train: Vec<usize> = (0..n).filter(|k| held.binary_search(k).is_err()).collect();
+        let part = |keep: &[usize]| -> Result<Source, Error> {
+            let backing = self.backing.with_units(keep).ok_or_else(|| {
+                Error::source(origin.clone(), "this source cannot be split by its shards")
+            })?;
+            Ok(Source {
+                index: self.index.clone(),
+                backing,
+            })
+        };
+        Ok((part(&train)?, part(&held)?))
     }
 
     /// Opens whatever `path` names:
@@ -687,6 +814,19 @@ impl Source {
         }
     }
 
+    /// A sample's I/O or decode error, saying which line of the file list listed the sample
+    /// (a missing file is then found in the list at once); other errors and sources as they
+    /// are. Reads the list again: for an error that ends the epoch, not for each skip.
+    pub(crate) fn with_list_line(&self, e: Error, index: u32) -> Error {
+        if self.kind() != SourceKind::Files || !e.is_data_error() {
+            return e;
+        }
+        match self.index.line_of(index as usize) {
+            Some(line) => e.listed_at(&self.index.origin, line),
+            None => e,
+        }
+    }
+
     /// For a mixture, the source of index `i` (numbered from 0) and `i`'s index in it; else
     /// `(0, i)`.
     pub(crate) fn split_index(&self, i: u64) -> (u32, u64) {
@@ -813,4 +953,12 @@ pub(crate) fn regular_file(path: &Path) -> Result<(), Error> {
         "is not a regular file (a device, FIFO or socket)"
     };
     Err(Error::io(path, std::io::Error::other(what)))
+}
+
+/// SplitMix64's finalizer: a well-mixed 64-bit hash of `x`.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }

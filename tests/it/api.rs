@@ -108,3 +108,72 @@ fn a_state_from_another_source_or_plan_is_refused_by_name() {
     assert_eq!(loader.resume(&old).count(), 5);
     assert!(format!("{line} extra=1").parse::<LoaderState>().is_err());
 }
+
+/// `Source::split`: a seeded split that keeps every class in both parts of class folders
+/// (sorted by class), and splits tar shards by whole shards; the parts are disjoint, cover the
+/// source, read back with the right labels, and are the same for the same seed.
+#[test]
+fn split_holds_out_every_class_or_whole_shards_the_same_way_each_time() {
+    use std::collections::BTreeSet;
+    let all = Source::from_dir(crate::common::testdata("classes")).unwrap();
+    let paths = |s: &Source| -> BTreeSet<std::path::PathBuf> {
+        (0..s.len()).map(|i| s.path(i).unwrap()).collect()
+    };
+    for seed in 0..20 {
+        let (train, held) = all.split(0.25, seed).unwrap();
+        let (t, h) = (paths(&train), paths(&held));
+        assert!(t.is_disjoint(&h));
+        assert_eq!(&t | &h, paths(&all));
+        for part in [&train, &held] {
+            let classes: BTreeSet<u32> = (0..part.len()).filter_map(|i| part.label(i)).collect();
+            assert_eq!(classes.len(), 3, "seed {seed}: every class in each part");
+            assert_eq!(part.class_names(), all.class_names());
+        }
+        for i in 0..held.len() {
+            let p = held.path(i).unwrap();
+            let j = (0..all.len())
+                .find(|&j| all.path(j).as_ref() == Some(&p))
+                .unwrap();
+            assert_eq!(held.label(i), all.label(j));
+        }
+        let again = all.split(0.25, seed).unwrap();
+        assert_eq!(paths(&again.1), h);
+    }
+    assert_ne!(
+        paths(&all.split(0.5, 1).unwrap().1),
+        paths(&all.split(0.5, 2).unwrap().1)
+    );
+    assert!(all.split(0.0, 0).is_err() && all.split(1.0, 0).is_err());
+    assert!(all.split(f64::NAN, 0).is_err());
+
+    // Tar shards: by whole shards, read back with their labels.
+    let dir = tempfile::tempdir().unwrap();
+    imagefeed::write_shards(&all, dir.path(), 2, None).unwrap();
+    let shards = Source::open(dir.path()).unwrap();
+    let (train, held) = shards.split(0.3, 5).unwrap();
+    assert_eq!(train.len() + held.len(), shards.len());
+    assert!(held.len() >= 2 && held.len() <= 4, "{}", held.len());
+    let (t, h) = (paths(&train), paths(&held));
+    assert!(t.is_disjoint(&h));
+    assert_eq!(&t | &h, paths(&shards));
+    for part in [&train, &held] {
+        let loader = Loader::builder(part.clone())
+            .image_size(16)
+            .batch_size(3)
+            .build()
+            .unwrap();
+        let mut seen = BTreeSet::new();
+        for b in loader.epoch(0) {
+            let b = b.unwrap();
+            for (&i, &l) in b.indices().iter().zip(b.labels()) {
+                assert_eq!(Some(l), part.label(i as usize));
+                assert!(seen.insert(i));
+            }
+        }
+        assert_eq!(seen.len(), part.len());
+    }
+    let one = tempfile::tempdir().unwrap();
+    imagefeed::write_shards(&all, one.path(), 100, None).unwrap();
+    let e = Source::open(one.path()).unwrap().split(0.5, 0).unwrap_err();
+    assert!(e.to_string().contains("one shard"), "{e}");
+}

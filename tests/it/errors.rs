@@ -1853,3 +1853,59 @@ fn cli_options_that_do_not_apply_are_named_in_a_warning() {
         assert!(!err.contains("has no effect"), "{args:?}: {err}");
     }
 }
+
+/// A listed file that is missing or broken names its list line too (a list read in place and
+/// one held in memory alike), so it is found in the list at once; a skip goes on as before.
+#[test]
+fn a_missing_listed_file_names_its_list_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = common::testdata("classes/cat/cat_0.jpg");
+    for entries in [10usize, 300] {
+        let mut list = String::from("# images\n\n");
+        let missing_at = entries - 3;
+        let mut want_line = 0;
+        for i in 0..entries {
+            if i == missing_at {
+                list.push_str("gone/missing.jpg\t1\n");
+                want_line = list.lines().count();
+            } else {
+                list.push_str(&format!("{}\t0\n", good.display()));
+            }
+        }
+        // Duplicates are refused: each good entry its own copy of the file.
+        let list = list
+            .lines()
+            .enumerate()
+            .map(|(k, l)| {
+                if l.starts_with(&*good.to_string_lossy()) {
+                    let copy = dir.path().join(format!("{entries}-{k}.jpg"));
+                    std::fs::copy(&good, &copy).unwrap();
+                    l.replacen(&*good.to_string_lossy(), &copy.to_string_lossy(), 1)
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let path = dir.path().join(format!("list-{entries}.txt"));
+        std::fs::write(&path, list + "\n").unwrap();
+        let loader = Loader::builder(Source::open(&path).unwrap())
+            .image_size(16)
+            .batch_size(4)
+            .shuffle(false)
+            .build()
+            .unwrap();
+        let e = loader
+            .epoch(0)
+            .find_map(Result::err)
+            .expect("the missing file fails the epoch");
+        assert!(matches!(e.kind(), ErrorKind::Io { .. }), "{e:?}");
+        assert_eq!(
+            e.path(),
+            Some(dir.path().join("gone/missing.jpg").as_path()),
+            "{e}"
+        );
+        let want = format!("(listed at {}:{want_line})", path.display());
+        assert!(e.to_string().ends_with(&want), "{e} / {want}");
+    }
+}

@@ -65,7 +65,8 @@ pub(crate) struct BenchArgs {
     pub(crate) layout: LayoutArg,
     #[arg(long, value_enum, default_value_t = OnErrorArg::Fail)]
     pub(crate) on_error: OnErrorArg,
-    /// With --on-error skip: the most samples an epoch may skip.
+    /// With --on-error skip: the most samples an epoch may skip, past which it fails
+    /// [default: no limit].
     #[arg(long)]
     pub(crate) max_skipped: Option<u64>,
     #[arg(long, default_value_t = 0)]
@@ -106,7 +107,8 @@ pub(crate) struct BenchArgs {
     /// output's longer side].
     #[arg(long)]
     pub(crate) cache_max_side: Option<u32>,
-    /// Images over this many pixels are refused.
+    /// Images over this many pixels are refused (it sizes the memory large decodes share)
+    /// [default: 100000000].
     #[arg(long)]
     pub(crate) max_pixels: Option<u64>,
     /// Deliver JPEGs that libjpeg-turbo decodes to the end while warning that their data is
@@ -118,7 +120,8 @@ pub(crate) struct BenchArgs {
     /// powers of 1024) [default: the machine's or container's memory].
     #[arg(long, value_parser = parse_bytes)]
     pub(crate) host_memory_limit: Option<u64>,
-    /// Cache decoded samples in this file (written by the first epoch, read by later ones).
+    /// Cache decoded samples in this file (written by the first epoch, read by later ones)
+    /// [default: no cache].
     #[arg(long)]
     pub(crate) cache: Option<PathBuf>,
     /// This process's rank (default: the launcher's: torchrun's RANK, Open MPI's OMPI_COMM_WORLD_RANK, PMI_RANK or Slurm's SLURM_PROCID; else 0).

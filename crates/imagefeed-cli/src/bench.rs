@@ -457,45 +457,21 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         if a.json {
             println!("{report}");
         } else {
-            let cache_note = match (s.from_cache, s.wrote_cache, loader.cache_size_on_disk()) {
-                (true, _, Some(b)) => format!(", read from the cache ({:.1} MB on disk)", mb(b)),
-                (_, true, Some(b)) => format!(", wrote the cache ({:.1} MB on disk)", mb(b)),
-                (_, true, None) => ", wrote the cache (incomplete)".to_string(),
-                _ if a.cache.is_some() => ", cache not used".to_string(),
-                _ => String::new(),
+            // The library's summary; the loader logged each skipped file (one line each) as it
+            // happened, so only their count is repeated here.
+            println!("{s}");
+            let cache_note = if a.cache.is_some() && !s.from_cache && !s.wrote_cache {
+                "; the cache was not used"
+            } else {
+                ""
             };
             println!(
-                "epoch {epoch}: {} images, {} skipped, {:.2} s, {:.0} images/s, peak RSS {:.1} MB (anonymous {:.1} MB), steady memory budget {:.1} MB (worst case {:.1} MB), consumer waited {:.0}% of the time, {} decode threads, prefetch {}{cache_note}",
-                s.images,
-                s.skipped,
-                s.seconds,
-                s.images_per_sec(),
+                "  memory: peak RSS {:.1} MB (anonymous {:.1} MB), steady budget {:.1} MB (worst case {:.1} MB){cache_note}",
                 mb(peak),
                 mb(peak_anon),
                 mb(budget.steady()),
                 mb(budget.worst_case()),
-                100.0 * s.consumer_wait_fraction(),
-                s.decode_threads,
-                s.prefetch
             );
-            if s.images > 0 && !s.from_cache {
-                let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / s.images as f64;
-                println!(
-                    "  per image (thread time): read {:.0} us, decode {:.0} us, resize {:.0} us, batch write {:.0} us; decode threads waited {:.0} us",
-                    us(s.read),
-                    us(s.decode),
-                    us(s.resize),
-                    us(s.batch_write),
-                    us(s.decode_wait)
-                );
-            }
-            // Each reason starts with the file's path.
-            for (_, reason) in s.skipped_samples.iter().take(20) {
-                eprintln!("  skipped {reason}");
-            }
-            if s.skipped_samples.len() > 20 {
-                eprintln!("  ... and {} more skipped", s.skipped - 20);
-            }
         }
         reports.push(report);
         if stopped {

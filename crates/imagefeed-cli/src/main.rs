@@ -37,8 +37,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Benchmark the loader on a file list, a folder of class folders, tar shards (a folder of
-    /// .tar files) or a URL (s3://bucket/prefix, with credentials and endpoint from AWS_*).
+    /// Benchmark the loader on a dataset: a file list, class folders, tar shards, parquet or
+    /// TFRecord files, a manifest, a mixture (--mix), or a URL (s3://bucket/prefix, with
+    /// credentials and endpoint from AWS_*).
     Bench(Box<BenchArgs>),
     /// What the loader sees of the GPUs: driver, devices, free and total memory, pinned
     /// allocation, the normalize kernel. Exits 1 without the `cuda` feature, a driver or a GPU.
@@ -209,6 +210,7 @@ fn main() -> ExitCode {
     .format_timestamp(None)
     .init();
     let cli = Cli::parse();
+    let on_error_is_fail = matches!(&cli.command, Some(Command::Bench(a)) if matches!(a.on_error, args::OnErrorArg::Fail));
     let result = match cli.command {
         None => default_benchmark(),
         Some(Command::Bench(args)) if args.sweep => sweep(&args),
@@ -271,13 +273,47 @@ fn main() -> ExitCode {
                 message.push_str(&c.to_string());
                 cause = c.source();
             }
+            let lib = e.downcast_ref::<imagefeed::Error>();
+            if let Some(imagefeed::ErrorKind::InvalidConfig { .. }) = lib.map(|e| e.kind()) {
+                message = with_flag_names(&message);
+            }
             eprintln!("imagefeed: error: {message}");
+            if lib.is_some_and(|e| e.is_data_error()) && on_error_is_fail {
+                eprintln!(
+                    "imagefeed: hint: --on-error skip goes on past files that cannot be read or \
+                     decoded (logging each; --max-skipped caps how many)"
+                );
+            }
             ExitCode::FAILURE
         }
     }
 }
 
 pub(crate) type AnyError = Box<dyn std::error::Error>;
+
+/// The library's setting names, as a settings error writes them (`batch_size`), with the
+/// command line's flags instead, so that its advice can be followed here as written.
+fn with_flag_names(message: &str) -> String {
+    const FLAGS: [(&str, &str); 12] = [
+        ("max_pixels", "--max-pixels"),
+        ("batch_size", "--batch-size"),
+        ("prefetch", "--prefetch"),
+        ("decode_threads", "--threads"),
+        ("dtype", "--dtype"),
+        ("host_memory_limit", "--host-memory-limit"),
+        ("shuffle_buffer", "--shuffle-buffer"),
+        ("field_limit", "--field-limit"),
+        ("image_size", "--size"),
+        ("readahead", "--readahead"),
+        ("max_skipped", "--max-skipped"),
+        ("epoch_size", "--epoch-size"),
+    ];
+    let mut out = message.to_string();
+    for (name, flag) in FLAGS {
+        out = out.replace(&format!("`{name}`"), &format!("`{flag}`"));
+    }
+    out
+}
 
 pub(crate) fn mb(b: u64) -> f64 {
     b as f64 / 1e6

@@ -287,7 +287,24 @@ fn check_line<'a>(list: &Path, at: usize, line: &'a [u8]) -> Result<(&'a [u8], u
             ),
         )
     })?;
-    let label = parse_label(label).map_err(|reason| Error::list(list, at, reason))?;
+    let label = parse_label(label).map_err(|reason| {
+        // `a.jpg<TAB>3<TAB>extra`: three fields, whatever the third holds.
+        let reason = if line.iter().filter(|&&b| b == b'\t').count() >= 2 {
+            format!(
+                "more than two tab-separated fields (`{}`): expected `PATH<TAB>LABEL`",
+                shown(line)
+            )
+        } else {
+            reason
+        };
+        let hint = if at == 1 {
+            "; a header line names its columns with one of them `path` (a TSV list: \
+             `path<TAB>label<TAB>caption`), or starts with `#` (a comment)"
+        } else {
+            ""
+        };
+        Error::list(list, at, format!("{reason}{hint}"))
+    })?;
     // `a.jpg<TAB>3<TAB>7`: a list with more columns than PATH and LABEL, whose path would
     // otherwise be `a.jpg<TAB>3` and fail to open far from here.
     if let Some(tab) = path.iter().rposition(|&b| b == b'\t') {
@@ -396,12 +413,12 @@ pub(crate) fn scan_list(list: &Path, base: PathBuf) -> Result<FileIndex, Error> 
     let (mut n, mut max_label) = (0u64, 0u32);
     let mut checkpoints = Vec::new();
     let mut lines = Lines::new(list, read(0), 0, 0)?;
-    let mut last_line = 0;
     while let Some(e) = lines.next_entry()? {
         if n % 64 == 0 {
-            checkpoints.push((e.offset, last_line));
+            // Reading resumes at the entry's own line: the one before it is `line - 1`
+            // (comments and blank lines between entries count too).
+            checkpoints.push((e.offset, e.line - 1));
         }
-        last_line = e.line;
         if n >= u64::from(u32::MAX) {
             return Err(Error::list(
                 list,
@@ -774,6 +791,24 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("list.txt:1: label `x` is not an integer"),
+            "{err}"
+        );
+        // A third field is named as such, whatever it holds; a header gets a hint.
+        let err = parse(b"a.jpg\t0\t1\nb.jpg\t0\textra\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("list.txt:1: more than two"),
+            "{err}"
+        );
+        let err = parse(b"a.jpg\t0\nb.jpg\t0\textra\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("list.txt:2: more than two"),
+            "{err}"
+        );
+        let err = parse(b"filename\tlabel\na.jpg\t0\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("label `label` is not an integer; a header line names")
+                && err.to_string().contains("starts with `#`"),
             "{err}"
         );
         let err = parse(b"a.jpg -1\n").unwrap_err();

@@ -121,6 +121,33 @@ impl Backing {
         }
     }
 
+    /// The same kind of source over units `keep` only (in increasing order): a split by
+    /// whole shards or row groups. `None` for sources without units.
+    pub(crate) fn with_units(&self, keep: &[usize]) -> Option<Backing> {
+        Some(match self {
+            Backing::Tar(t) => Backing::Tar(Arc::new(TarSet {
+                units: t.units.subset(keep),
+                max_bytes_in_flight: t.max_bytes_in_flight,
+            })),
+            Backing::TfRecord(t) => Backing::TfRecord(Arc::new(TfRecordSet {
+                units: t.units.subset(keep),
+                compression: keep.iter().map(|&k| t.compression[k]).collect(),
+                image_keys: t.image_keys.clone(),
+                label_keys: t.label_keys.clone(),
+                max_bytes_in_flight: t.max_bytes_in_flight,
+            })),
+            #[cfg(feature = "parquet")]
+            Backing::Parquet(p) => Backing::Parquet(Arc::new(parquet::ParquetIndex {
+                units: p.units.subset(keep),
+                files: p.files.clone(),
+                file_of: keep.iter().map(|&k| p.file_of[k]).collect(),
+                largest_group: p.largest_group,
+                max_bytes_in_flight: p.max_bytes_in_flight,
+            })),
+            _ => return None,
+        })
+    }
+
     /// A reader for the fetch loop or for random reads; `None` for local files, which the
     /// decode threads read themselves.
     pub(crate) fn reader(

@@ -249,6 +249,27 @@ pub(crate) fn tables_for(block: usize, mean_unit: u64) -> usize {
     (block as u64 / mean_unit.max(1) + 2).clamp(4, 4096) as usize
 }
 
+impl Units {
+    /// The units numbered `keep` (in increasing order), their samples numbered again from 0.
+    pub(crate) fn subset(&self, keep: &[usize]) -> Units {
+        let mut first = 0;
+        let units = keep
+            .iter()
+            .map(|&k| {
+                let mut u = self.units[k].clone();
+                u.first = first;
+                first += u64::from(u.count);
+                u
+            })
+            .collect();
+        Units {
+            units,
+            num_classes: self.num_classes,
+            mean_sample_bytes: self.mean_sample_bytes,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -100,7 +100,7 @@ impl ParquetOptions {
 }
 
 /// What reading a file needs beyond its place: its image and label columns.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PqFile {
     /// The image column's leaf (the struct's `bytes`, or the binary column).
     pub(crate) leaf: usize,
