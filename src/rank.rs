@@ -213,7 +213,7 @@ impl Launch {
                     && (a.launcher != Launcher::Torchrun || torchrun_itself);
                 if !nested && (a.rank, a.world_size) != (b.rank, b.world_size) {
                     return Err(Error::config(
-                        "shard_from_env",
+                        "Launch::from_env",
                         format!(
                             "the launchers' variables disagree: {} says rank {} of {} ({}), {} says rank {} of {} ({}); unset the stale ones, or give the rank with shard(rank, world_size)",
                             a.launcher,
@@ -287,7 +287,7 @@ fn read_set(
             None => Ok(None),
             Some(v) => v.trim().parse().map(Some).map_err(|_| {
                 Error::config(
-                    "shard_from_env",
+                    "Launch::from_env",
                     format!("{name}=`{v}` is not a number ({launcher})"),
                 )
             }),
@@ -303,20 +303,20 @@ fn read_set(
         (Some(r), Some(w)) => (r, w),
         (Some(_), None) => {
             return Err(Error::config(
-                "shard_from_env",
+                "Launch::from_env",
                 format!("{rank_var} is set but {size_var} is not ({launcher}): set both"),
             ))
         }
         (None, Some(_)) => {
             return Err(Error::config(
-                "shard_from_env",
+                "Launch::from_env",
                 format!("{size_var} is set but {rank_var} is not ({launcher}): set both"),
             ))
         }
     };
     if world_size == 0 || rank >= world_size {
         return Err(Error::config(
-            "shard_from_env",
+            "Launch::from_env",
             format!(
                 "{rank_var}={rank} with {size_var}={world_size} ({launcher}): the rank must be below the world size"
             ),

@@ -705,3 +705,93 @@ fn a_class_labels_names_come_from_the_parquet_metadata() {
     assert_eq!(names.len() as u32, source.num_classes());
     assert_eq!(names, ["cat", "dog", "fish"]);
 }
+
+/// A parquet image given by path (`bytes` null, `path` set, as `datasets` writes images it
+/// keeps as files) is read from that path, relative to the parquet file's folder; a path that
+/// does not exist is an error naming the row and the path.
+#[test]
+fn a_parquet_image_given_by_path_is_read_from_it() {
+    use std::sync::Arc;
+
+    use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("img")).unwrap();
+    let jpeg = std::fs::read(testdata("classes/cat/cat_0.jpg")).unwrap();
+    std::fs::write(dir.path().join("img/a.jpg"), &jpeg).unwrap();
+    // Rows: bytes inline; by path; by a path that is missing.
+    let rows: [(Option<&[u8]>, &str); 3] = [
+        (Some(&jpeg), "inline.jpg"),
+        (None, "img/a.jpg"),
+        (None, "img/gone.jpg"),
+    ];
+    let schema = "message schema { optional group image { optional binary bytes; optional binary path (STRING); } optional int64 label; }";
+    let file = std::fs::File::create(dir.path().join("d.parquet")).unwrap();
+    let mut w = SerializedFileWriter::new(
+        file,
+        Arc::new(parse_message_type(schema).unwrap()),
+        Arc::new(WriterProperties::builder().build()),
+    )
+    .unwrap();
+    let mut g = w.next_row_group().unwrap();
+    let mut column = 0;
+    while let Some(mut c) = g.next_column().unwrap() {
+        match column {
+            0 => {
+                let defs: Vec<i16> = rows
+                    .iter()
+                    .map(|r| if r.0.is_some() { 2 } else { 1 })
+                    .collect();
+                let values: Vec<ByteArray> = rows
+                    .iter()
+                    .filter_map(|r| r.0)
+                    .map(|b| ByteArray::from(b.to_vec()))
+                    .collect();
+                c.typed::<ByteArrayType>()
+                    .write_batch(&values, Some(&defs), None)
+                    .unwrap();
+            }
+            1 => {
+                let values: Vec<ByteArray> = rows.iter().map(|r| ByteArray::from(r.1)).collect();
+                c.typed::<ByteArrayType>()
+                    .write_batch(&values, Some(&[2, 2, 2]), None)
+                    .unwrap();
+            }
+            _ => {
+                c.typed::<Int64Type>()
+                    .write_batch(&[0, 1, 2], Some(&[1, 1, 1]), None)
+                    .unwrap();
+            }
+        }
+        c.close().unwrap();
+        column += 1;
+    }
+    g.close().unwrap();
+    w.close().unwrap();
+
+    let loader = Loader::builder(Source::open(dir.path().join("d.parquet")).unwrap())
+        .image_size(16)
+        .batch_size(1)
+        .shuffle(false)
+        .on_error(OnError::SKIP_ALL)
+        .build()
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut pixels = Vec::new();
+    for b in loader.epoch(0) {
+        let b = b.unwrap();
+        seen.push(b.indices()[0]);
+        pixels.push(b.as_f32().unwrap().to_vec());
+    }
+    assert_eq!(seen, [0, 1]);
+    assert_eq!(pixels[0], pixels[1], "the same JPEG, inline and by path");
+    let (path, why) = &loader.stats().skipped_samples[0];
+    assert!(path.ends_with("d.parquet[row 2]"), "{path:?}");
+    assert!(
+        why.contains("img/gone.jpg") && why.contains("No such file"),
+        "{why}"
+    );
+}

@@ -80,6 +80,9 @@ impl Store {
             max_retries: options.retries,
             retry_timeout: options.retry_timeout,
         };
+        if matches!(scheme, "s3" | "s3a") {
+            check_plain_http(|name| std::env::var(name).ok()).map_err(bad)?;
+        }
         let store: Arc<dyn ObjectStore> = match scheme {
             "s3" | "s3a" => Arc::new(
                 object_store::aws::AmazonS3Builder::from_env()
@@ -497,8 +500,51 @@ impl Reader for ObjectReader {
     }
 }
 
+/// An S3 endpoint over plain HTTP (a local MinIO or moto) without `AWS_ALLOW_HTTP=true`: the
+/// client would refuse every request ("builder error", retried to no end) without naming the
+/// variable, so it is named here, once, before any request.
+fn check_plain_http(var: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    let Some((name, endpoint)) = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+        .into_iter()
+        .find_map(|n| var(n).map(|v| (n, v)))
+    else {
+        return Ok(());
+    };
+    let allowed = var("AWS_ALLOW_HTTP").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if endpoint.trim().to_ascii_lowercase().starts_with("http://") && !allowed {
+        return Err(format!(
+            "the endpoint {name}={endpoint} is plain HTTP, which the S3 client refuses unless \
+             AWS_ALLOW_HTTP=true: set it (a local server), or use an https:// endpoint"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_plain_http_endpoint_needs_allow_http_and_says_so() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let e = super::check_plain_http(env(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")]))
+            .unwrap_err();
+        assert!(e.contains("AWS_ALLOW_HTTP=true"), "{e}");
+        assert!(super::check_plain_http(env(&[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ("AWS_ALLOW_HTTP", "true")
+        ]))
+        .is_ok());
+        assert!(
+            super::check_plain_http(env(&[("AWS_ENDPOINT_URL", "https://s3.example")])).is_ok()
+        );
+        assert!(super::check_plain_http(env(&[])).is_ok());
+    }
     use super::*;
 
     #[test]

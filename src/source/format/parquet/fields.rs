@@ -96,6 +96,26 @@ pub(crate) fn resolve(schema: &SchemaDescriptor, name: &str) -> Result<Leaf, Str
     })
 }
 
+/// The `path` string of a struct image column `image` (the `datasets` Image's
+/// `struct<bytes, path>`): where a row whose `bytes` are null has its image.
+pub(crate) fn image_path_leaf(schema: &SchemaDescriptor, image: &str) -> Option<Leaf> {
+    (0..schema.num_columns()).find_map(|k| {
+        let c = schema.column(k);
+        let p = c.path().parts();
+        (p.len() == 2
+            && p[0] == image
+            && p[1] == "path"
+            && c.physical_type() == Physical::BYTE_ARRAY
+            && c.max_rep_level() == 0)
+            .then(|| Leaf {
+                leaf: k,
+                kind: Kind::Text,
+                list: false,
+                max_def: c.max_def_level(),
+            })
+    })
+}
+
 /// Reads `rows` rows of a field's column from row group `group`.
 pub(crate) fn read(
     group: &dyn RowGroupReader,

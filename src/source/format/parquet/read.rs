@@ -98,6 +98,9 @@ pub(crate) fn open_reader(
 /// values (or why the file has none).
 pub(crate) struct Group {
     images: Vec<Option<ByteArray>>,
+    /// The image column's `path` per row, read where some row's `bytes` are null (the
+    /// `datasets` layout of images stored as files beside the parquet).
+    paths: Vec<FieldData>,
     labels: Vec<u32>,
     fields: Vec<Result<Vec<FieldData>, String>>,
     bytes: u64,
@@ -239,13 +242,23 @@ impl ParquetReader {
             images.push(if present { values.next() } else { None });
         }
         let mut bytes: u64 = images.iter().flatten().map(|v| v.len() as u64).sum();
+        let schema = reader.metadata().file_metadata().schema_descr_ptr();
+        let paths = match images.iter().any(Option::is_none) {
+            true => {
+                let image = schema.column(columns.leaf).path().parts()[0].clone();
+                match super::fields::image_path_leaf(&schema, &image) {
+                    Some(leaf) => super::fields::read(&*group, &leaf, want).map_err(fail)?,
+                    None => Vec::new(),
+                }
+            }
+            false => Vec::new(),
+        };
         let labels = match &columns.label {
             Some((leaf, column)) => {
                 group_labels(reader, *leaf, g, u64::from(unit.count), &file_name, column)?
             }
             None => vec![0; want],
         };
-        let schema = reader.metadata().file_metadata().schema_descr_ptr();
         let mut fields = Vec::with_capacity(self.fields.len());
         for field in self.fields.iter() {
             fields.push(match super::fields::resolve(&schema, field.name()) {
@@ -259,6 +272,7 @@ impl ParquetReader {
         }
         Ok(Group {
             images,
+            paths,
             labels,
             fields,
             bytes,
@@ -291,13 +305,22 @@ impl Reader for ParquetReader {
             Err(e) => return Step::Done(Err(e)),
         };
         let label = group.labels[j as usize];
-        let Some(value) = &group.images[j as usize] else {
-            return Step::Done(Err(Error::decode(
-                &*name,
-                DecodeFailure("the image is null".into()),
-            )));
+        let from_path;
+        let data = match &group.images[j as usize] {
+            Some(value) => value.data(),
+            None => match image_from_path(
+                group.paths.get(j as usize),
+                &self.pq.units.units[k].file,
+                name,
+                limit,
+            ) {
+                Ok(bytes) => {
+                    from_path = bytes;
+                    &from_path[..]
+                }
+                Err(e) => return Step::Done(Err(e)),
+            },
         };
-        let data = value.data();
         if data.len() as u64 > limit {
             return Step::Done(Err(Error::decode(
                 &*name,
@@ -329,4 +352,58 @@ impl Reader for ParquetReader {
             fields,
         }))
     }
+}
+
+/// The image of a row whose `bytes` are null, read from its `path` (relative to the parquet
+/// file's folder, as `datasets` writes it), at most `limit` bytes; an error naming the row and
+/// the path otherwise.
+fn image_from_path(
+    path: Option<&FieldData>,
+    file: &Located,
+    name: &Path,
+    limit: u64,
+) -> Result<Vec<u8>, Error> {
+    let Some(FieldData::Text(path)) =
+        path.filter(|p| !matches!(p, FieldData::Text(t) if t.is_empty()))
+    else {
+        return Err(Error::decode(
+            name,
+            DecodeFailure("the image is null, and so is its path".into()),
+        ));
+    };
+    let path = String::from_utf8_lossy(path);
+    let crate::source::storage::Place::Local(parquet) = &file.place else {
+        return Err(Error::decode(
+            name,
+            DecodeFailure(format!(
+                "the image's bytes are null and its path `{path}` is not read from object \
+                 storage: store the bytes in the parquet file"
+            )),
+        ));
+    };
+    let at = parquet.parent().unwrap_or(Path::new("")).join(&*path);
+    let named = |e: std::io::Error| {
+        Error::io(
+            name,
+            std::io::Error::new(
+                e.kind(),
+                format!("the image's path `{}`: {e}", at.display()),
+            ),
+        )
+    };
+    let f = std::fs::File::open(&at).map_err(named)?;
+    let size = f.metadata().map_err(named)?.len();
+    if size > limit {
+        return Err(Error::decode(
+            name,
+            DecodeFailure(format!(
+                "the image at `{}` is {size} bytes, over the {limit}-byte limit",
+                at.display()
+            )),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, limit + 1), &mut bytes)
+        .map_err(named)?;
+    Ok(bytes)
 }
