@@ -811,11 +811,26 @@ fn host_memory_limit_names_what_to_lower() {
             _ => panic!("{e:?}"),
         }
     };
-    // The default max_pixels (100 M pixels, ~1.1 GB for one large image) dominates.
+    // The default max_pixels (100 M pixels, ~1.4 GB for one large image) dominates: a
+    // max_pixels that fits is named, with its value, and it fits.
     let (setting, msg) =
-        config_error(Loader::builder(source.clone()).host_memory_limit(50_000_000));
+        config_error(Loader::builder(source.clone()).host_memory_limit(500_000_000));
     assert_eq!(setting, "host_memory_limit");
-    assert!(msg.contains("lower max_pixels"), "{msg}");
+    let at = msg.find("`max_pixels` ").expect(&msg) + "`max_pixels` ".len();
+    let fits: u64 = msg[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(Loader::builder(source.clone())
+        .max_pixels(fits)
+        .host_memory_limit(500_000_000)
+        .build()
+        .is_ok());
+    // Under what the smallest settings need: the limit must rise, and the message says so.
+    let (_, msg) = config_error(Loader::builder(source.clone()).host_memory_limit(50_000_000));
+    assert!(msg.contains("raise the limit"), "{msg}");
     // The limit is inclusive.
     let big = Loader::builder(source.clone()).max_pixels(1_000_000);
     let total = big.memory_budget().total();
@@ -1302,7 +1317,7 @@ fn settings_that_cannot_fit_in_this_machine_fail_in_build() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("this machine has") && msg.contains("lower batch_size"),
+        msg.contains("this machine has") && msg.contains("`batch_size` "),
         "{msg}"
     );
     // An explicit limit overrides the machine's.
