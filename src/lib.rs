@@ -1,9 +1,9 @@
 //! # imagefeed
 //!
-//! Stream images from disk into a training loop: a file list feeds a parallel JPEG decode, a
-//! resize to 160×160 (by default) and a normalize stage, an optional bounded shuffle buffer, a
-//! batcher and a prefetch queue, with a small host memory budget that is known before the loader
-//! runs and does not grow with the dataset.
+//! Stream images from local files or object storage into a training loop: a source (any
+//! [`SourceKind`]) feeds a parallel JPEG/PNG/WebP decode, a resize to 160×160 (by default), a
+//! shuffle computed per position, a batcher and a prefetch queue that normalizes, with a host
+//! memory budget that is known before the loader runs and does not grow with the dataset.
 //!
 //! ```text
 //!  Source         a file list, class folders, tar, TFRecord or parquet shards, or a URL:
@@ -23,12 +23,13 @@
 //!    ▼
 //!  hand-off       a ring that restores plan order, whatever the threads' timing
 //!    ▼                                                               (pipeline/handoff.rs)
-//!  shuffle buffer seeded and bounded, holds u8 only (shuffle.rs)
-//!  batcher        u8 -> dtype and layout, written once into the batch buffer (batch.rs)
+//!  batcher        each u8 sample (and its fields) copied into a u8 batch; the order it
+//!                 arrives in was computed per position, no sample held (shuffle.rs)
 //!    │                                                            (pipeline/batch_loop.rs)
 //!    ▼
-//!  prefetch       a queue of ready batches; with `cuda`, pinned slots copied to the GPU
-//!    ▼                                                                        (prefetch/)
+//!  prefetch       a queue of ready u8 batches; a normalize thread writes the next one in the
+//!                 output dtype and layout (batch/, pipeline/normalize_loop.rs); with `cuda`,
+//!                 pinned slots copied to the GPU and normalized there           (prefetch/)
 //!  Batches        the epoch's iterator of `Batch`es (loader.rs)
 //! ```
 //!
@@ -52,7 +53,7 @@
 //!         let labels: &[u32] = batch.labels();
 //!         assert_eq!(images.len(), labels.len() * 160 * 160 * 3);
 //!     }
-//!     println!("{:?}", loader.stats());
+//!     println!("{}", loader.stats());
 //! }
 //! # Ok(()) }
 //! ```
@@ -61,7 +62,7 @@
 //!
 //! | feature     | default | what it adds |
 //! |-------------|---------|--------------|
-//! | `turbojpeg` | yes     | libjpeg-turbo 3.1.0 through the `imagefeed-jpeg` crate (built with the `cc` crate; `nasm` for its SIMD code), with imagefeed's bit-identical faster Huffman decoder and DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg. [`decoder_info`] says which decoder a build has |
+//! | `turbojpeg` | yes     | libjpeg-turbo 3.1.0 through the `imagefeed-jpeg` crate (built with the `cc` crate from C alone: its x86-64 SIMD code is C intrinsics, aarch64's Neon), with imagefeed's bit-identical faster Huffman decoder and DCT-scaled decoding; without it JPEGs decode with the pure-Rust zune-jpeg. [`decoder_info`] says which decoder a build has |
 //! | `stock-libjpeg-turbo` | no | the same libjpeg-turbo without imagefeed's patch (upstream C only) |
 //! | `remote`    | no      | sources in object storage (`s3://`, `gs://`, `az://`, `http(s)://`) through object_store and tokio; the command line turns it on |
 //! | `cuda`      | no      | [`Device::Cuda`]: pinned staging, asynchronous copies and normalization on the GPU (cudarc, libcuda loaded at run time); `Batch::cuda`, `Batch::into_cuda` |

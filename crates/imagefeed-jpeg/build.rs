@@ -13,8 +13,8 @@
 //!   aarch64, libjpeg-turbo's Neon code (intrinsics, and `jsimd_neon.S` where the compiler's
 //!   intrinsics are not complete).
 //! - `libjpeg-turbo/` holds the release's files unchanged (`vendor.sh`); imagefeed's copies of
-//!   the five files its patch changes, and its own C, are in `patched/`. With the
-//!   `stock-libjpeg-turbo` feature the release's five are compiled instead, and
+//!   the four files its patch changes (`patched/src/`), and its own C, are in `patched/`. With the
+//!   `stock-libjpeg-turbo` feature the release's four are compiled instead, and
 //!   `patched/imagefeed_hooks.c` is left out.
 //!
 //! The C is always optimized (`-O3`, as CMake's `Release` build), whatever the profile that
@@ -187,51 +187,152 @@ const PATCHED: &[&str] = &[
     "src/jdapistd.c",
 ];
 
-fn main() {
-    let root =
-        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let tree = root.join("libjpeg-turbo");
-    let src = tree.join("src");
-    let stock = env::var_os("CARGO_FEATURE_STOCK_LIBJPEG_TURBO").is_some();
-    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
-    let env_name = env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
-    let msvc = env_name == "msvc";
-    let pointer_width = env::var("CARGO_CFG_TARGET_POINTER_WIDTH").unwrap_or_else(|_| "64".into());
+/// What every step of the build reads: the crate's folders and the target.
+struct Target {
+    out: PathBuf,
+    /// libjpeg-turbo/ and its src/.
+    tree: PathBuf,
+    src: PathBuf,
+    patched: PathBuf,
+    /// The `stock-libjpeg-turbo` feature: the release's files, not imagefeed's copies.
+    stock: bool,
+    arch: String,
+    os: String,
+    msvc: bool,
+    pointer_width: String,
+}
 
+impl Target {
+    fn from_env() -> Target {
+        let root = PathBuf::from(
+            env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+        );
+        let tree = root.join("libjpeg-turbo");
+        Target {
+            out: PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")),
+            src: tree.join("src"),
+            tree,
+            patched: root.join("patched"),
+            stock: env::var_os("CARGO_FEATURE_STOCK_LIBJPEG_TURBO").is_some(),
+            arch: env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default(),
+            os: env::var("CARGO_CFG_TARGET_OS").unwrap_or_default(),
+            msvc: env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default() == "msvc",
+            pointer_width: env::var("CARGO_CFG_TARGET_POINTER_WIDTH")
+                .unwrap_or_else(|_| "64".into()),
+        }
+    }
+
+    /// The file to compile for `rel` (a path under libjpeg-turbo/): imagefeed's copy in
+    /// patched/, unless the `stock-libjpeg-turbo` feature asks for the release's.
+    fn file(&self, rel: &str) -> PathBuf {
+        if !self.stock && PATCHED.contains(&rel) {
+            return self.patched.join(rel);
+        }
+        self.tree.join(rel)
+    }
+
+    fn in_src(&self, names: &[&str]) -> Vec<PathBuf> {
+        names
+            .iter()
+            .map(|n| self.file(&format!("src/{n}")))
+            .collect()
+    }
+
+    /// The folder of the configuration headers.
+    fn include(&self) -> PathBuf {
+        self.out.join("include")
+    }
+
+    /// A `cc` build with the settings every object shares (always optimized, whatever the
+    /// profile), writing into OUT_DIR/obj/`name`.
+    fn build(&self, name: &str, include: &Path) -> cc::Build {
+        let dir = self.out.join("obj").join(name);
+        fs::create_dir_all(&dir).expect("create object folder");
+        let mut b = cc::Build::new();
+        b.include(include)
+            .include(self.include())
+            .include(&self.src)
+            .opt_level(3)
+            .debug(false)
+            .define("NDEBUG", None)
+            .warnings(false)
+            .cargo_metadata(false)
+            .out_dir(&dir);
+        if !self.msvc {
+            b.flag_if_supported("-fno-strict-aliasing");
+        }
+        fuzz_flags(&mut b);
+        b
+    }
+
+    /// Compiles `files` with `defines` (and an extra include folder) into objects.
+    fn compile(
+        &self,
+        name: &str,
+        files: Vec<PathBuf>,
+        defines: &[(&str, &str)],
+        extra_include: Option<&Path>,
+    ) -> Vec<PathBuf> {
+        let mut b = self.build(name, &self.include());
+        for (k, v) in defines {
+            b.define(k, Some(*v));
+        }
+        if let Some(inc) = extra_include {
+            b.include(inc);
+        }
+        b.files(&files);
+        b.compile_intermediates()
+    }
+}
+
+fn main() {
+    let t = Target::from_env();
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=libjpeg-turbo");
     println!("cargo:rerun-if-changed=patched");
     println!("cargo:rerun-if-env-changed=NASM");
     println!("cargo:rerun-if-env-changed=CC");
 
-    // The file to compile for `rel` (a path under libjpeg-turbo/): imagefeed's copy in
-    // patched/, unless the `stock-libjpeg-turbo` feature asks for the release's.
-    let patched = root.join("patched");
-    let file = |rel: &str| -> PathBuf {
-        if !stock && PATCHED.contains(&rel) {
-            return patched.join(rel);
-        }
-        tree.join(rel)
-    };
+    let simd = choose_simd(&t);
+    let with_simd = !matches!(simd, Simd::None);
+    let vars = config_vars(&t, with_simd);
+    fs::create_dir_all(t.include()).expect("create OUT_DIR/include");
+    for name in ["jconfig.h", "jconfigint.h", "jversion.h"] {
+        let template = fs::read_to_string(t.src.join(format!("{name}.in")))
+            .unwrap_or_else(|e| panic!("read libjpeg-turbo/src/{name}.in: {e}"));
+        write_if_changed(&t.include().join(name), &configure(&template, &vars));
+    }
+    let mut objects = compile_library(&t);
+    objects.extend(compile_simd(&t, &simd, &vars));
 
-    // SIMD. x86-64: imagefeed's C intrinsics (patched/simd/x86_64/), or for the stock build
-    // (and MSVC, where they are not built) upstream's nasm files where nasm runs. aarch64:
-    // upstream's Neon code. Elsewhere none (see the warning).
-    let gnu_like = !msvc;
-    let simd = if arch == "x86_64" && !stock && gnu_like {
-        Simd::X86Intrinsics
-    } else if arch == "x86_64" {
-        match assemble_x86_64(&tree, &out, &os, msvc) {
+    let mut lib = cc::Build::new();
+    lib.objects(&objects).cargo_metadata(true);
+    lib.compile("imagefeedjpeg");
+
+    println!(
+        "cargo:rustc-cfg=imagefeed_jpeg_simd=\"{}\"",
+        if with_simd { "yes" } else { "no" }
+    );
+    println!("cargo:rustc-check-cfg=cfg(imagefeed_jpeg_simd, values(\"yes\", \"no\"))");
+    println!("cargo:include={}", t.src.display());
+}
+
+/// The SIMD code to build. x86-64: imagefeed's C intrinsics (patched/simd/x86_64/), or for the
+/// stock build (and MSVC, where they are not built) upstream's nasm files where nasm runs.
+/// aarch64: upstream's Neon code. Elsewhere none (with a warning).
+fn choose_simd(t: &Target) -> Simd {
+    if t.arch == "x86_64" && !t.stock && !t.msvc {
+        return Simd::X86Intrinsics;
+    }
+    if t.arch == "x86_64" {
+        return match assemble_x86_64(&t.tree, &t.out, &t.os, t.msvc) {
             Ok(objs) => Simd::X86Nasm(objs),
             Err(why) => {
                 for line in [
                     format!("imagefeed-jpeg: libjpeg-turbo is built WITHOUT its SIMD code: {why}."),
                     "imagefeed-jpeg: this build (the stock-libjpeg-turbo feature, or MSVC) takes \
                      libjpeg-turbo's own x86-64 SIMD code, which nasm assembles; without it JPEG \
-                     decoding is about 2.2x slower (scalar C: `imagefeed floor` on 500 images of \
-                     `imagefeed corpus`, one thread, 2026-12-05)."
+                     decoding is about 2.2x slower (scalar C)."
                         .to_string(),
                     "imagefeed-jpeg: install nasm (Debian/Ubuntu: `apt-get install nasm`, macOS: \
                      `brew install nasm`) or set NASM=/path/to/nasm, then `cargo clean -p \
@@ -242,39 +343,44 @@ fn main() {
                 }
                 Simd::None
             }
-        }
-    } else if arch == "aarch64" && gnu_like {
-        Simd::Neon {
+        };
+    }
+    if t.arch == "aarch64" && !t.msvc {
+        return Simd::Neon {
             intrinsics: neon_intrinsics_complete(),
-        }
-    } else {
-        println!(
-            "cargo:warning=imagefeed-jpeg: no SIMD code is built for {arch} (only x86-64's and \
-             aarch64's are); JPEG decoding runs libjpeg-turbo's scalar C"
-        );
-        Simd::None
-    };
-    let with_simd = !matches!(simd, Simd::None);
+        };
+    }
+    println!(
+        "cargo:warning=imagefeed-jpeg: no SIMD code is built for {} (only x86-64's and \
+         aarch64's are); JPEG decoding runs libjpeg-turbo's scalar C",
+        t.arch
+    );
+    Simd::None
+}
 
-    // Configuration headers, as CMake writes them.
-    let include = out.join("include");
-    fs::create_dir_all(&include).expect("create OUT_DIR/include");
+/// The values CMake writes into the configuration headers.
+fn config_vars(t: &Target, with_simd: bool) -> Vec<(&'static str, Option<&'static str>)> {
     let yes = |b: bool| if b { Some("1") } else { None };
-    let (inline, thread_local, hidden) = if msvc {
+    let (inline, thread_local, hidden) = if t.msvc {
         ("__forceinline", "__declspec(thread)", "")
     } else {
         (
             "__inline__ __attribute__((always_inline))",
             "__thread",
-            if os == "windows" {
+            if t.os == "windows" {
                 ""
             } else {
                 "__attribute__((visibility(\"hidden\")))"
             },
         )
     };
-    let size_t = if pointer_width == "64" { "8" } else { "4" };
-    let vars: Vec<(&str, Option<&str>)> = vec![
+    let size_t = if t.pointer_width == "64" { "8" } else { "4" };
+    let build = if t.stock {
+        "imagefeed-jpeg-stock"
+    } else {
+        "imagefeed-jpeg"
+    };
+    vec![
         ("JPEG_LIB_VERSION", Some("62")),
         ("VERSION", Some(VERSION)),
         ("LIBJPEG_TURBO_VERSION_NUMBER", Some(VERSION_NUMBER)),
@@ -282,167 +388,107 @@ fn main() {
         ("D_ARITH_CODING_SUPPORTED", Some("1")),
         ("WITH_SIMD", yes(with_simd)),
         ("RIGHT_SHIFT_IS_UNSIGNED", None),
-        (
-            "BUILD",
-            Some(if stock {
-                "imagefeed-jpeg-stock"
-            } else {
-                "imagefeed-jpeg"
-            }),
-        ),
+        ("BUILD", Some(build)),
         ("HIDDEN", Some(hidden)),
         ("INLINE", Some(inline)),
         ("THREAD_LOCAL", Some(thread_local)),
         ("CMAKE_PROJECT_NAME", Some("libjpeg-turbo")),
         ("SIZE_T", Some(size_t)),
-        ("HAVE_BUILTIN_CTZL", yes(!msvc)),
-        ("HAVE_INTRIN_H", yes(msvc)),
+        ("HAVE_BUILTIN_CTZL", yes(!t.msvc)),
+        ("HAVE_INTRIN_H", yes(t.msvc)),
         ("COPYRIGHT_YEAR", Some(COPYRIGHT_YEAR)),
-    ];
-    for name in ["jconfig.h", "jconfigint.h", "jversion.h"] {
-        let template = fs::read_to_string(src.join(format!("{name}.in")))
-            .unwrap_or_else(|e| panic!("read libjpeg-turbo/src/{name}.in: {e}"));
-        let text = configure(&template, &vars);
-        write_if_changed(&include.join(name), &text);
-    }
+    ]
+}
 
-    // One build per precision and file set, each into its own object folder.
-    let base = || {
-        let mut b = cc::Build::new();
-        b.include(&include)
-            .include(&src)
-            .opt_level(3)
-            .debug(false)
-            .define("NDEBUG", None)
-            .warnings(false)
-            .cargo_metadata(false);
-        if !msvc {
-            b.flag_if_supported("-fno-strict-aliasing");
-        }
-        fuzz_flags(&mut b);
-        b
-    };
-    let mut objects = Vec::new();
-    let mut compile = |name: &str,
-                       files: Vec<PathBuf>,
-                       defines: &[(&str, &str)],
-                       extra_include: Option<&Path>| {
-        let dir = out.join("obj").join(name);
-        fs::create_dir_all(&dir).expect("create object folder");
-        let mut b = base();
-        b.out_dir(&dir);
-        for (k, v) in defines {
-            b.define(k, Some(*v));
-        }
-        if let Some(inc) = extra_include {
-            b.include(inc);
-        }
-        b.files(&files);
-        objects.extend(b.compile_intermediates());
-    };
-    let in_src = |names: &[&str]| {
-        names
-            .iter()
-            .map(|n| file(&format!("src/{n}")))
-            .collect::<Vec<_>>()
-    };
-
-    compile("jpeg16", in_src(JPEG16), &[("BITS_IN_JSAMPLE", "16")], None);
+/// The library's sources as its CMakeLists.txt lists them: one build per precision and file
+/// set, each into its own object folder.
+fn compile_library(t: &Target) -> Vec<PathBuf> {
+    let mut objects = t.compile(
+        "jpeg16",
+        t.in_src(JPEG16),
+        &[("BITS_IN_JSAMPLE", "16")],
+        None,
+    );
     let twelve: Vec<&str> = JPEG16.iter().chain(JPEG12).copied().collect();
-    compile(
+    objects.extend(t.compile(
         "jpeg12",
-        in_src(&twelve),
+        t.in_src(&twelve),
         &[("BITS_IN_JSAMPLE", "12")],
         None,
-    );
+    ));
     let eight: Vec<&str> = JPEG16.iter().chain(JPEG12).chain(JPEG8).copied().collect();
-    let mut eight_files = in_src(&eight);
-    if !stock {
-        eight_files.push(patched.join("imagefeed_hooks.c"));
+    let mut eight_files = t.in_src(&eight);
+    if !t.stock {
+        eight_files.push(t.patched.join("imagefeed_hooks.c"));
     }
-    compile("jpeg8", eight_files, &[], None);
-    compile(
+    objects.extend(t.compile("jpeg8", eight_files, &[], None));
+    objects.extend(t.compile(
         "turbojpeg",
-        in_src(TURBOJPEG),
+        t.in_src(TURBOJPEG),
         &[("BMP_SUPPORTED", "1"), ("PPM_SUPPORTED", "1")],
         None,
-    );
-    compile(
-        "turbojpeg12",
-        in_src(TURBOJPEG_N),
-        &[("BITS_IN_JSAMPLE", "12"), ("PPM_SUPPORTED", "1")],
-        None,
-    );
-    compile(
-        "turbojpeg16",
-        in_src(TURBOJPEG_N),
-        &[("BITS_IN_JSAMPLE", "16"), ("PPM_SUPPORTED", "1")],
-        None,
-    );
-    let mut simd_objects = Vec::new();
-    match &simd {
-        Simd::None => {}
+    ));
+    for bits in ["12", "16"] {
+        objects.extend(t.compile(
+            &format!("turbojpeg{bits}"),
+            t.in_src(TURBOJPEG_N),
+            &[("BITS_IN_JSAMPLE", bits), ("PPM_SUPPORTED", "1")],
+            None,
+        ));
+    }
+    objects
+}
+
+/// The SIMD code `simd` names, compiled (or, for nasm's, the objects it assembled).
+fn compile_simd(t: &Target, simd: &Simd, vars: &[(&str, Option<&str>)]) -> Vec<PathBuf> {
+    match simd {
+        Simd::None => Vec::new(),
         Simd::X86Intrinsics => {
             // jpeg_nbits.c leaves its table (the C Huffman encoders') out on x86 with SIMD,
             // where upstream's nasm Huffman encoder defines it; this build has none, so the
             // table is compiled from jpeg_nbits.c once more, configured without SIMD.
-            let nbits_include = out.join("include-nbits");
+            let nbits_include = t.out.join("include-nbits");
             fs::create_dir_all(&nbits_include).expect("create OUT_DIR/include-nbits");
             let no_simd: Vec<(&str, Option<&str>)> = vars
                 .iter()
                 .map(|&(k, v)| (k, if k == "WITH_SIMD" { None } else { v }))
                 .collect();
-            let template = fs::read_to_string(src.join("jconfigint.h.in"))
+            let template = fs::read_to_string(t.src.join("jconfigint.h.in"))
                 .unwrap_or_else(|e| panic!("read libjpeg-turbo/src/jconfigint.h.in: {e}"));
             write_if_changed(
                 &nbits_include.join("jconfigint.h"),
                 &configure(&template, &no_simd),
             );
-            let dir = out.join("obj").join("nbits");
-            fs::create_dir_all(&dir).expect("create object folder");
-            let mut b = cc::Build::new();
-            b.include(&nbits_include)
-                .include(&include)
-                .opt_level(3)
-                .debug(false)
-                .define("NDEBUG", None)
-                .warnings(false)
-                .cargo_metadata(false)
-                .out_dir(&dir)
-                .file(src.join("jpeg_nbits.c"));
-            fuzz_flags(&mut b);
-            simd_objects.extend(b.compile_intermediates());
+            let mut b = t.build("nbits", &nbits_include);
+            b.file(t.src.join("jpeg_nbits.c"));
+            let mut objects = b.compile_intermediates();
             // The files include "../../src/..." and "../jsimd.h": relative to their folder in
             // libjpeg-turbo/, which the include path supplies for our copies in patched/.
-            let simd_dir = tree.join("simd/x86_64");
-            compile(
-                "simd",
-                vec![
-                    patched.join("simd/x86_64/jsimd_intrinsics.c"),
-                    patched.join("simd/x86_64/jidct-sse2.c"),
-                    patched.join("simd/x86_64/jdcolor-avx2.c"),
-                    patched.join("simd/x86_64/jdsample-sse2.c"),
-                ],
-                &[],
-                Some(&simd_dir),
-            );
+            let files = [
+                "jsimd_intrinsics.c",
+                "jidct-sse2.c",
+                "jdcolor-avx2.c",
+                "jdsample-sse2.c",
+            ]
+            .iter()
+            .map(|f| t.patched.join("simd/x86_64").join(f))
+            .collect();
+            objects.extend(t.compile("simd", files, &[], Some(&t.tree.join("simd/x86_64"))));
+            objects
         }
         Simd::X86Nasm(objs) => {
-            simd_objects.clone_from(objs);
-            let simd_dir = tree.join("simd/x86_64");
-            compile(
-                "simd",
-                vec![tree.join("simd/x86_64/jsimd.c")],
-                &[],
-                Some(&simd_dir),
-            );
+            let mut objects = objs.clone();
+            let simd_dir = t.tree.join("simd/x86_64");
+            objects.extend(t.compile("simd", vec![simd_dir.join("jsimd.c")], &[], Some(&simd_dir)));
+            objects
         }
         Simd::Neon { intrinsics } => {
             // simd/CMakeLists.txt's aarch64 set: the Neon intrinsics, with the older assembly
             // (jsimd_neon.S) for the few routines where the compiler's intrinsics are not
             // complete (GCC before 12, some older Clang), as upstream chooses.
+            let yes = |b: bool| if b { Some("1") } else { None };
             let neon_compat = configure(
-                &fs::read_to_string(tree.join("simd/arm/neon-compat.h.in"))
+                &fs::read_to_string(t.tree.join("simd/arm/neon-compat.h.in"))
                     .unwrap_or_else(|e| panic!("read neon-compat.h.in: {e}")),
                 &[
                     ("HAVE_VLD1_S16_X3", yes(*intrinsics)),
@@ -450,41 +496,23 @@ fn main() {
                     ("HAVE_VLD1Q_U8_X4", yes(*intrinsics)),
                 ],
             );
-            write_if_changed(&include.join("neon-compat.h"), &neon_compat);
-            let mut files: Vec<PathBuf> =
-                NEON.iter().map(|n| tree.join("simd/arm").join(n)).collect();
+            write_if_changed(&t.include().join("neon-compat.h"), &neon_compat);
+            let arm = t.tree.join("simd/arm");
+            let mut files: Vec<PathBuf> = NEON.iter().map(|n| arm.join(n)).collect();
             if *intrinsics {
-                files.extend(
-                    NEON_INTRINSICS_ONLY
-                        .iter()
-                        .map(|n| tree.join("simd/arm").join(n)),
-                );
+                files.extend(NEON_INTRINSICS_ONLY.iter().map(|n| arm.join(n)));
             } else {
-                files.push(tree.join("simd/arm/aarch64/jsimd_neon.S"));
+                files.push(arm.join("aarch64/jsimd_neon.S"));
             }
-            files.push(tree.join("simd/arm/aarch64/jsimd.c"));
+            files.push(arm.join("aarch64/jsimd.c"));
             let defines: &[(&str, &str)] = if *intrinsics {
                 &[("NEON_INTRINSICS", "1")]
             } else {
                 &[]
             };
-            let arm_dir = tree.join("simd/arm");
-            compile("simd", files, defines, Some(&arm_dir));
+            t.compile("simd", files, defines, Some(&arm))
         }
     }
-
-    let mut lib = cc::Build::new();
-    lib.objects(&objects)
-        .objects(&simd_objects)
-        .cargo_metadata(true);
-    lib.compile("imagefeedjpeg");
-
-    println!(
-        "cargo:rustc-cfg=imagefeed_jpeg_simd=\"{}\"",
-        if with_simd { "yes" } else { "no" }
-    );
-    println!("cargo:rustc-check-cfg=cfg(imagefeed_jpeg_simd, values(\"yes\", \"no\"))");
-    println!("cargo:include={}", src.display());
 }
 
 /// simd/CMakeLists.txt's test: whether the compiler has the three Neon intrinsics (vld1_s16_x3,

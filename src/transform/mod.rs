@@ -1,9 +1,9 @@
 //! The transform stage: resize a decoded image to the output size (`u8`), apply its EXIF
-//! orientation, and — once, when the batcher writes a sample into the batch — normalize it to
-//! the output dtype and layout.
+//! orientation, crop and flip it. The normalize to the output dtype and layout happens later,
+//! once, when a batch is written (`batch/normalize.rs`).
 //!
-//! Most of the crate's `unsafe` is in this module: the AVX2 and AVX-512 kernels of the resize
-//! (`resample.rs`), the colour conversion (`color.rs`) and the normalize (here), each called
+//! Much of the crate's `unsafe` is in this module: the AVX2 and AVX-512 kernels of the resize
+//! (`resample/`) and the colour conversion (`color.rs`), each called
 //! only after `simd.rs` has checked at run time that the CPU has the instructions, with a
 //! `SAFETY` comment on every block.
 

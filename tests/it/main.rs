@@ -1,4 +1,4 @@
-//! Integration tests of imagefeed, in one binary (STYLE.md §8): the pipeline end to end,
+//! Integration tests of imagefeed, in one binary (a promise across ranks and restarts is checked by a model: contract.rs): the pipeline end to end,
 //! decode correctness against `testdata/reference/`, error handling on hostile files and
 //! lists, and shutdown and robustness. Tests are named after the behaviour they check.
 
