@@ -238,20 +238,20 @@ impl Loader {
                 split.order_world
             },
         };
-        let started = pipeline::start(
-            self.cfg.clone(),
-            self.source.clone(),
-            self.stats.clone(),
-            self.gate.clone(),
-            self.cache.clone(),
-            self.normalize_pool(),
-            self.staging.clone(),
-            &self.pools,
-            *self.knobs.lock().unwrap_or_else(|e| e.into_inner()),
+        let started = pipeline::start(pipeline::Start {
+            cfg: self.cfg.clone(),
+            source: self.source.clone(),
+            stats: self.stats.clone(),
+            gate: self.gate.clone(),
+            cache: self.cache.clone(),
+            normalize_pool: self.normalize_pool(),
+            staging: self.staging.clone(),
+            pools: &self.pools,
+            knobs: *self.knobs.lock().unwrap_or_else(|e| e.into_inner()),
             epoch,
             split,
-            position,
-        );
+            start_at: position,
+        });
         match started {
             Ok(running) => Batches {
                 running: Some(running),

@@ -293,31 +293,34 @@ pub(crate) struct Running {
     pub(crate) window: Arc<Window>,
 }
 
+/// What starting an epoch takes: the loader's parts, each shared with the epoch's threads, and
+/// where the epoch starts.
+pub(crate) struct Start<'a> {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) source: Arc<Source>,
+    pub(crate) stats: Arc<StatsCell>,
+    pub(crate) gate: Arc<LargeGate>,
+    pub(crate) cache: Option<Arc<Cache>>,
+    pub(crate) normalize_pool: Option<Arc<rayon::ThreadPool>>,
+    pub(crate) staging: Staging,
+    pub(crate) pools: &'a Pools,
+    pub(crate) knobs: crate::tune::Knobs,
+    pub(crate) epoch: u64,
+    pub(crate) split: Split,
+    /// The plan position the epoch starts at (0, or a resumed state's).
+    pub(crate) start_at: usize,
+}
+
 /// Starts the threads of one epoch.
-#[allow(clippy::too_many_arguments)] // the loader's parts, each shared with the epoch's threads
-pub(crate) fn start(
-    cfg: Arc<Config>,
-    source: Arc<Source>,
-    stats: Arc<StatsCell>,
-    gate: Arc<LargeGate>,
-    cache: Option<Arc<Cache>>,
-    normalize_pool: Option<Arc<rayon::ThreadPool>>,
-    staging: Staging,
-    pools: &Pools,
-    knobs: crate::tune::Knobs,
-    epoch: u64,
-    split: Split,
-    start_at: usize,
-) -> Result<Running, Error> {
+pub(crate) fn start(s: Start<'_>) -> Result<Running, Error> {
+    let (cfg, knobs, pools) = (s.cfg.clone(), s.knobs, s.pools);
     let threads = knobs.threads;
     let window_size = cfg.tuning.reorder_window();
-    let cache_mode = match &cache {
+    let cache_mode = match &s.cache {
         Some(c) => c.begin_epoch()?,
         None => EpochCache::Off,
     };
-    let plan = Plan::new(&cfg, &source, epoch, split).starting_at(start_at)?;
-    let offset = plan.offset();
-    let end_position = end_position(&cfg, split_len(&source, split));
+    let plan = Plan::new(&cfg, &s.source, s.epoch, s.split).starting_at(s.start_at)?;
     // With autotune every thread the loader may use starts, and the window says how many
     // work; the prefetch queue has room for the deepest setting, and the window says how
     // much of it to use.
@@ -334,7 +337,7 @@ pub(crate) fn start(
     // Tar shards and objects are read ahead by the fetch stage.
     let readahead = match &cache_mode {
         EpochCache::Read(_) if readahead::SUPPORTED => cfg.tuning.readahead,
-        _ if source.backing.is_local_files() && readahead::SUPPORTED => cfg.tuning.readahead,
+        _ if s.source.backing.is_local_files() && readahead::SUPPORTED => cfg.tuning.readahead,
         _ => 0,
     };
     let window = Arc::new(Window::new(
@@ -344,29 +347,69 @@ pub(crate) fn start(
         knobs.prefetch,
         readahead,
     ));
-    let mode_code = cache_mode.stats_code();
-    stats.reset(epoch, threads, knobs.prefetch, mode_code);
-    let deferred = cfg.defers_normalize() && matches!(staging, Staging::Host);
-    pools.fill_batches(&cfg, &staging, deferred);
+    s.stats
+        .reset(s.epoch, threads, knobs.prefetch, cache_mode.stats_code());
+    let deferred = cfg.defers_normalize() && matches!(s.staging, Staging::Host);
+    pools.fill_batches(&cfg, &s.staging, deferred);
     let normalize = deferred.then(|| NormalizeJob {
         format: cfg.output.format(),
         normalizer: Normalizer::new(cfg.output.mean, cfg.output.std, cfg.output.layout),
         pool: pools.normalized.clone(),
-        normalize_pool: normalize_pool.clone(),
+        normalize_pool: s.normalize_pool.clone(),
     });
-    let cache_bytes = cache.as_ref().and_then(|c| c.size_on_disk());
-    stats.cache_bytes_plus_one.store(
+    let cache_bytes = s.cache.as_ref().and_then(|c| c.size_on_disk());
+    s.stats.cache_bytes_plus_one.store(
         cache_bytes.map_or(0, |b| b + 1),
         std::sync::atomic::Ordering::Relaxed,
     );
-    let shared = Arc::new(EpochShared {
+    let shared = epoch_shared(s, plan, window.clone(), cache_mode, deferred);
+    // The prefetch queue: ready batches ahead of the consumer (deferring the normalization,
+    // the normalize thread's ready batch, handed over as the consumer asks for it, and
+    // `prefetch - 1` `u8` ones).
+    let (batch_tx, batch_rx) = bounded(queue - usize::from(deferred));
+    let (normalize, out_rx) = match normalize {
+        Some(job) => {
+            let (out_tx, out_rx) = bounded(0);
+            (Some((job, batch_rx, out_tx)), out_rx)
+        }
+        None => (None, batch_rx),
+    };
+    let queues = Queues {
+        window_size,
+        batch_size: cfg.output.batch_size,
+        decode_threads: spawned_threads,
+        readahead,
+        normalize,
+        batch_tx,
+    };
+    let (handles, hints) = spawn(&shared, pools, queues)?;
+    Ok(Running {
+        rx: out_rx,
+        handles,
+        hints,
+        window,
+    })
+}
+
+/// The state an epoch's threads share, made of the loader's parts.
+fn epoch_shared(
+    s: Start<'_>,
+    plan: Plan,
+    window: Arc<Window>,
+    cache_mode: EpochCache,
+    deferred: bool,
+) -> Arc<EpochShared> {
+    let (cfg, pools) = (s.cfg, s.pools);
+    let offset = plan.offset();
+    let end_position = end_position(&cfg, split_len(&s.source, s.split));
+    Arc::new(EpochShared {
         epoch: Epoch {
-            number: epoch,
+            number: s.epoch,
             plan,
-            window: window.clone(),
-            source,
+            window,
+            source: s.source,
             cache_mode,
-            stats,
+            stats: s.stats,
             max_file_bytes: cfg.decode.max_file_bytes(),
             shuffle_block: cfg.shuffle.block(),
             fields: cfg.fields.clone(),
@@ -378,8 +421,8 @@ pub(crate) fn start(
             base_side: cfg.cache_base_side(),
             panic_on_index: cfg.panic_on_index,
             failures: cfg.failures.clone(),
-            gate,
-            cache: cache.clone(),
+            gate: s.gate,
+            cache: s.cache.clone(),
             samples: pools.samples.clone(),
             decoders: pools.decoders.clone(),
             verified: pools.verified.clone(),
@@ -390,37 +433,50 @@ pub(crate) fn start(
             sharded: cfg.shard.world_size > 1,
             exact_slots: cfg.shard.world_size > 1 || !matches!(cfg.on_error, OnError::Skip { .. }),
             autotune: cfg.tuning.autotune,
-            normalize_pool,
-            staging,
+            normalize_pool: s.normalize_pool,
+            staging: s.staging,
             deferred,
             offset,
             end_position,
-            cache,
+            cache: s.cache,
             samples: pools.samples.clone(),
             batch_pool: pools.batches.clone(),
         },
-    });
+    })
+}
+
+/// The sizes and channels [`spawn`] wires the threads with.
+struct Queues {
+    window_size: usize,
+    batch_size: usize,
+    decode_threads: usize,
+    readahead: usize,
+    /// With the normalization deferred: its job, the `u8` queue it reads and its hand-over.
+    normalize: Option<(NormalizeJob, Receiver<BatchResult>, Sender<BatchResult>)>,
+    batch_tx: Sender<BatchResult>,
+}
+
+type BatchResult = Result<Batch, Error>;
+type Handles = Vec<(&'static str, JoinHandle<()>)>;
+
+/// Starts the epoch's threads: fetch (for sources read as streams), readahead, the decode
+/// threads, normalize (where deferred) and the batcher. If one cannot start, those started
+/// are stopped and joined, and the error returned.
+fn spawn(
+    shared: &Arc<EpochShared>,
+    pools: &Pools,
+    q: Queues,
+) -> Result<(Handles, Option<readahead::Started>), Error> {
     // The window bounds what is in flight, so the ring never overflows.
-    let (loaded_tx, loaded_rx) =
-        handoff(window_size, shared.epoch.plan.len(), cfg.output.batch_size);
-    // The prefetch queue: ready batches ahead of the consumer (deferring the normalization,
-    // the normalize thread's ready batch, handed over as the consumer asks for it, and
-    // `prefetch - 1` `u8` ones).
-    let (batch_tx, batch_rx) = bounded(queue - usize::from(deferred));
-    let (batch_rx, normalize_rx, out_rx) = match normalize {
-        Some(job) => {
-            let (out_tx, out_rx) = bounded(0);
-            (Some((job, out_tx)), Some(batch_rx), out_rx)
-        }
-        None => (None, None, batch_rx),
-    };
-    let mut handles = Vec::with_capacity(spawned_threads + 3);
+    let (loaded_tx, loaded_rx) = handoff(q.window_size, shared.epoch.plan.len(), q.batch_size);
+    let mut handles = Vec::with_capacity(q.decode_threads + 3);
     let mut hints = None;
     // Tar shards and objects: a fetch thread reads bytes ahead for the decode threads.
     let fetch = shared.epoch.source.backing.byte_bound().map(|bound| {
-        let (tx, rx) = bounded::<Fetched>(window_size);
+        let (tx, rx) = bounded::<Fetched>(q.window_size);
         (tx, rx, Arc::new(ByteBudget::new(bound)))
     });
+    let (normalize, batch_tx) = (q.normalize, q.batch_tx);
     let spawn_all = || -> Result<(), Error> {
         if let Some((fetch_tx, _, budget)) = &fetch {
             let (shared, tx, budget) = (shared.clone(), fetch_tx.clone(), budget.clone());
@@ -430,10 +486,10 @@ pub(crate) fn start(
                 .map_err(Error::spawn)?;
             handles.push(("fetch", h));
         }
-        if readahead > 0 {
-            hints = Some(pools.readahead.start(&shared, readahead)?);
+        if q.readahead > 0 {
+            hints = Some(pools.readahead.start(shared, q.readahead)?);
         }
-        for t in 0..spawned_threads {
+        for t in 0..q.decode_threads {
             let shared = shared.clone();
             let tx = loaded_tx.clone();
             let from_fetch = fetch.as_ref().map(|(_, rx, b)| (rx.clone(), b.clone()));
@@ -443,7 +499,7 @@ pub(crate) fn start(
                 .map_err(Error::spawn)?;
             handles.push(("decode", h));
         }
-        if let (Some((job, out)), Some(rx)) = (batch_rx, normalize_rx) {
+        if let Some((job, rx, out)) = normalize {
             let shared = shared.clone();
             let h = std::thread::Builder::new()
                 .name("imagefeed-normalize".into())
@@ -463,7 +519,7 @@ pub(crate) fn start(
     drop(loaded_tx);
     drop(fetch);
     if let Err(e) = spawned {
-        window.cancel();
+        shared.epoch.window.cancel();
         for (_, h) in handles {
             let _ = h.join();
         }
@@ -472,12 +528,7 @@ pub(crate) fn start(
         }
         return Err(e);
     }
-    Ok(Running {
-        rx: out_rx,
-        handles,
-        hints,
-        window,
-    })
+    Ok((handles, hints))
 }
 
 #[cfg(test)]
