@@ -162,30 +162,23 @@ impl<R: std::io::Seek> std::io::Seek for Head<R> {
     }
 }
 
-/// Samples of one shard, in member order.
-pub(crate) fn index_shard<R: Read>(
-    entries: tar::Entries<'_, R>,
-    shard_name: &str,
-    shard_size: u64,
-) -> Result<Vec<Found>, Error> {
-    let damaged = |what: String| Error::source(shard_name, what);
-    let mut out: Vec<Found> = Vec::new();
-    // The sample being assembled: its key, image (member, offset, length) and label (`.cls`
-    // member, value).
-    let mut key: Option<String> = None;
-    let mut image: Option<(String, u64, u64)> = None;
-    let mut label: Option<(String, u32, u64, u64)> = None;
-    let mut others: Vec<super::Other> = Vec::new();
-    // Image members by name, for hard links to them: made at the first hard link.
-    let mut linkable: Option<HashMap<String, (u64, u64)>> = None;
-    let flush = |key: &mut Option<String>,
-                 image: &mut Option<(String, u64, u64)>,
-                 label: &mut Option<(String, u32, u64, u64)>,
-                 others: &mut Vec<super::Other>,
-                 out: &mut Vec<Found>|
-     -> Result<(), Error> {
-        let others = std::mem::take(others);
-        match (image.take(), label.take()) {
+/// The sample being assembled from a run of consecutive members sharing a key.
+#[derive(Default)]
+struct Assembly {
+    key: Option<String>,
+    /// Its image member: name, offset and length.
+    image: Option<(String, u64, u64)>,
+    /// Its `.cls` member: name, label, offset and length.
+    label: Option<(String, u32, u64, u64)>,
+    others: Vec<super::Other>,
+}
+
+impl Assembly {
+    /// Ends the sample being assembled (if any) into `out`.
+    fn flush(&mut self, out: &mut Vec<Found>, shard: &str) -> Result<(), Error> {
+        let others = std::mem::take(&mut self.others);
+        self.key = None;
+        match (self.image.take(), self.label.take()) {
             (Some((member, offset, len)), label) => out.push(Found {
                 member,
                 offset,
@@ -194,20 +187,141 @@ pub(crate) fn index_shard<R: Read>(
                 label_at: label.map(|l| (l.2, l.3)),
                 others,
             }),
+            // A label whose image is not beside it: WebDataset groups a sample's members by
+            // consecutive key, so it would be dropped and its image left unlabeled.
             (None, Some((cls, ..))) => {
-                // A label whose image is not beside it: WebDataset groups a sample's members
-                // by consecutive key, so it would be dropped and its image left unlabeled.
-                return Err(damaged(format!(
-                    "`{cls}` has no image beside it: a sample's members must be adjacent in \
-                     the shard, as WebDataset reads them (`tar cf x.tar *.jpg *.cls` puts every \
-                     image before every label; `imagefeed shards` writes samples in order)"
-                )));
+                return Err(Error::source(
+                    shard,
+                    format!(
+                        "`{cls}` has no image beside it: a sample's members must be adjacent in \
+                         the shard, as WebDataset reads them (`tar cf x.tar *.jpg *.cls` puts \
+                         every image before every label; `imagefeed shards` writes samples in \
+                         order)"
+                    ),
+                ))
             }
             (None, None) => {}
         }
-        *key = None;
         Ok(())
+    }
+
+    /// Takes a member of key `key` (ending the sample before it if the key changes).
+    fn member(&mut self, key: &str, out: &mut Vec<Found>, shard: &str) -> Result<(), Error> {
+        if self.key.as_deref() != Some(key) {
+            self.flush(out, shard)?;
+            self.key = Some(key.to_string());
+        }
+        Ok(())
+    }
+}
+
+/// A member's header, read with the extension headers before it: its name, its type and a
+/// link's target. `None` for a member that is not a file or link.
+struct Header {
+    name: Vec<u8>,
+    hard_link: bool,
+    symlink: bool,
+    is_file: bool,
+    link_target: Option<Vec<u8>>,
+}
+
+/// Reads member `n`'s header (`entry`) with the extension headers `ext` before it, refusing
+/// what two tar readers would read two ways.
+fn header_of<R: Read>(
+    entry: &tar::Entry<'_, R>,
+    ext: Pending,
+    n: usize,
+    damaged: &impl Fn(String) -> Error,
+) -> Result<Option<Header>, Error> {
+    let header = entry.header();
+    let kind = header.entry_type();
+    if let Some(size) = ext.pax_size.filter(|&s| s != entry.size()) {
+        // GNU tar would skip `size` bytes and this reader the header's, whatever the member's
+        // type: refuse rather than pick one (two parsers disagreeing on where the next header
+        // is is how hostile archives hide members).
+        return Err(damaged(format!(
+            "member {n}: its PAX size ({size}) disagrees with its header's ({})",
+            entry.size()
+        )));
+    }
+    if kind.is_gnu_sparse() && header.as_gnu().is_some_and(|g| g.is_extended()) {
+        // Its sparse map continues in extra blocks after the header, which raw entries do not
+        // skip: refuse it by name rather than misread what follows.
+        return Err(damaged(format!(
+            "member {n} (`{}`) is a GNU sparse file with an extended sparse map; shards hold plain files",
+            crate::source::format::list::shown(&header.path_bytes())
+        )));
+    }
+    let hard_link = kind == tar::EntryType::Link;
+    let symlink = kind == tar::EntryType::Symlink;
+    if !kind.is_file() && !hard_link && !symlink {
+        return Ok(None);
+    }
+    let link_target = match ext.long_link.or(ext.pax_linkpath) {
+        Some(target) => Some(target),
+        None if hard_link || symlink => header.link_name_bytes().map(|t| t.into_owned()),
+        None => None,
     };
+    let name = match ext.long_name.or(ext.pax_path) {
+        Some(name) => name,
+        None => entry.path_bytes().into_owned(),
+    };
+    if name.len() > MAX_MEMBER_NAME_BYTES {
+        let start: String = String::from_utf8_lossy(&name[..120])
+            .chars()
+            .take(120)
+            .collect();
+        return Err(damaged(format!(
+            "member {n}'s name is {} bytes long, over the {MAX_MEMBER_NAME_BYTES}-byte limit (`{start}...`)",
+            name.len()
+        )));
+    }
+    Ok(Some(Header {
+        name,
+        hard_link,
+        symlink,
+        is_file: kind.is_file(),
+        link_target,
+    }))
+}
+
+/// A `.cls` member's label, read and checked.
+fn read_label<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    member: &str,
+    len: u64,
+    damaged: &impl Fn(String) -> Error,
+) -> Result<u32, Error> {
+    if len > MAX_CLS_BYTES {
+        return Err(damaged(format!(
+            "`{member}` is {len} bytes; a label is a decimal number"
+        )));
+    }
+    let mut text = String::new();
+    entry
+        .take(MAX_CLS_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| damaged(format!("`{member}`: {e}")))?;
+    // The rule the reader checks labels by (`cls_label`).
+    cls_label(text.as_bytes()).ok_or_else(|| {
+        damaged(format!(
+            "`{member}` holds `{}`, not a label (a non-negative integer below 2^32)",
+            text.trim().escape_debug()
+        ))
+    })
+}
+
+/// Samples of one shard, in member order.
+pub(crate) fn index_shard<R: Read>(
+    entries: tar::Entries<'_, R>,
+    shard_name: &str,
+    shard_size: u64,
+) -> Result<Vec<Found>, Error> {
+    let damaged = |what: String| Error::source(shard_name, what);
+    let mut out: Vec<Found> = Vec::new();
+    let mut sample = Assembly::default();
+    // Image members by name, for hard links to them: made at the first hard link.
+    let mut linkable: Option<HashMap<String, (u64, u64)>> = None;
     // Raw entries: the `tar` crate would read GNU long names and PAX headers whole, however
     // large, before handing over the member they describe. They are read here, size-checked.
     let mut pending = Pending::default();
@@ -236,65 +350,24 @@ pub(crate) fn index_shard<R: Read>(
             continue;
         }
         let ext = std::mem::take(&mut pending);
-        if let Some(size) = ext.pax_size.filter(|&s| s != entry.size()) {
-            // GNU tar would skip `size` bytes and this reader the header's, whatever the
-            // member's type: refuse rather than pick one (two parsers disagreeing on where the
-            // next header is is how hostile archives hide members).
-            return Err(damaged(format!(
-                "member {}: its PAX size ({size}) disagrees with its header's ({})",
-                n + 1,
-                entry.size()
-            )));
-        }
-        if kind.is_gnu_sparse() && header.as_gnu().is_some_and(|g| g.is_extended()) {
-            // Its sparse map continues in extra blocks after the header, which raw entries do
-            // not skip: refuse it by name rather than misread what follows.
-            return Err(damaged(format!(
-                "member {} (`{}`) is a GNU sparse file with an extended sparse map; shards hold plain files",
-                n + 1,
-                crate::source::format::list::shown(&header.path_bytes())
-            )));
-        }
-        let hard_link = kind == tar::EntryType::Link;
-        let symlink = kind == tar::EntryType::Symlink;
-        if !kind.is_file() && !hard_link && !symlink {
+        let Some(h) = header_of(&entry, ext, n + 1, &damaged)? else {
             continue;
-        }
-        let link_target = match ext.long_link.or(ext.pax_linkpath) {
-            Some(target) => Some(target),
-            None if hard_link || symlink => header.link_name_bytes().map(|t| t.into_owned()),
-            None => None,
         };
-        let name = match ext.long_name.or(ext.pax_path) {
-            Some(name) => std::borrow::Cow::Owned(name),
-            None => entry.path_bytes(),
-        };
-        if name.len() > MAX_MEMBER_NAME_BYTES {
-            let start: String = String::from_utf8_lossy(&name[..120])
-                .chars()
-                .take(120)
-                .collect();
-            return Err(damaged(format!(
-                "member {}'s name is {} bytes long, over the {MAX_MEMBER_NAME_BYTES}-byte limit (`{start}...`)",
-                n + 1,
-                name.len()
-            )));
-        }
-        let member = String::from_utf8_lossy(&name).into_owned();
+        let member = String::from_utf8_lossy(&h.name).into_owned();
         let (member_key, ext) = split_member(&member);
         let is_image = IMAGE_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(ext));
         let is_cls = ext.eq_ignore_ascii_case("cls");
-        if !kind.is_file() && !is_image && !is_cls {
+        if !h.is_file && !is_image && !is_cls {
             continue; // a link to something that is not part of a sample
         }
-        let (offset, len) = if symlink {
+        let (offset, len) = if h.symlink {
             return Err(damaged(format!(
                 "`{member}` is a symbolic link; a shard holds its samples' files (pack with \
                  `tar --dereference`)"
             )));
-        } else if hard_link {
+        } else if h.hard_link {
             let target =
-                String::from_utf8_lossy(link_target.as_deref().unwrap_or_default()).into_owned();
+                String::from_utf8_lossy(h.link_target.as_deref().unwrap_or_default()).into_owned();
             if is_cls {
                 return Err(damaged(format!(
                     "`{member}` is a hard link to `{target}`; a label must be stored in its \
@@ -304,7 +377,7 @@ pub(crate) fn index_shard<R: Read>(
             let map = linkable.get_or_insert_with(|| {
                 out.iter()
                     .map(|f| (f.member.clone(), (f.offset, f.len)))
-                    .chain(image.iter().map(|(m, o, l)| (m.clone(), (*o, *l))))
+                    .chain(sample.image.iter().map(|(m, o, l)| (m.clone(), (*o, *l))))
                     .collect()
             });
             *map.get(&target).ok_or_else(|| {
@@ -324,12 +397,9 @@ pub(crate) fn index_shard<R: Read>(
             }
             (offset, len)
         };
-        if key.as_deref() != Some(member_key) {
-            flush(&mut key, &mut image, &mut label, &mut others, &mut out)?;
-            key = Some(member_key.to_string());
-        }
+        sample.member(member_key, &mut out, shard_name)?;
         if is_image {
-            if let Some((first, ..)) = &image {
+            if let Some((first, ..)) = &sample.image {
                 return Err(damaged(format!(
                     "sample `{member_key}` has two images, `{first}` and `{member}`"
                 )));
@@ -337,38 +407,19 @@ pub(crate) fn index_shard<R: Read>(
             if let Some(map) = &mut linkable {
                 map.insert(member.clone(), (offset, len));
             }
-            image = Some((member, offset, len));
+            sample.image = Some((member, offset, len));
         } else if is_cls {
-            if let Some((first, ..)) = &label {
+            if let Some((first, ..)) = &sample.label {
                 return Err(damaged(format!(
                     "sample `{member_key}` has two labels, `{first}` and `{member}`"
                 )));
             }
-            if len > MAX_CLS_BYTES {
-                return Err(damaged(format!(
-                    "`{member}` is {len} bytes; a label is a decimal number"
-                )));
-            }
-            let mut text = String::new();
-            (&mut entry)
-                .take(MAX_CLS_BYTES)
-                .read_to_string(&mut text)
-                .map_err(|e| damaged(format!("`{member}`: {e}")))?;
-            // The rule the reader checks labels by (`cls_label`).
-            let parsed = cls_label(text.as_bytes()).ok_or_else(|| {
-                damaged(format!(
-                    "`{member}` holds `{}`, not a label (a non-negative integer below 2^32)",
-                    text.trim().escape_debug()
-                ))
-            })?;
-            label = Some((member, parsed, offset, len));
-        } else if kind.is_file() && !others.iter().any(|o| &*o.ext == ext) {
+            let parsed = read_label(&mut entry, &member, len, &damaged)?;
+            sample.label = Some((member, parsed, offset, len));
+        } else if h.is_file && !sample.others.iter().any(|o| &*o.ext == ext) {
             // Another member of the sample: a field's value, read only if asked for.
-            others.push(super::Other {
-                ext: ext.into(),
-                offset,
-                len,
-            });
+            let ext = ext.into();
+            sample.others.push(super::Other { ext, offset, len });
         }
     }
     if pending.any {
@@ -376,21 +427,38 @@ pub(crate) fn index_shard<R: Read>(
             "the archive ends after an extension header, without the member it describes".into(),
         ));
     }
-    // A shard cut at a member's end (or in its padding) reads as a shorter, valid-looking
-    // archive: only the missing end-of-archive block tells. Copies and downloads cut short
-    // at a block or page boundary are common, and would silently lose the rest of the shard.
-    if next_header.saturating_add(BLOCK) > shard_size {
-        return Err(damaged(if members == 0 {
-            format!("truncated: {shard_size} bytes, not even one tar header")
-        } else {
-            format!(
-                "truncated: the file ends at byte {shard_size}, but its {members} member(s) and                  their padding run to byte {next_header}, where the next member or the                  end-of-archive block must follow (a copy or download cut short?)"
-            )
-        }));
+    check_end(next_header, members, shard_size, &damaged)?;
+    sample.flush(&mut out, shard_name)?;
+    check_keys_once(&out, &damaged)?;
+    Ok(out)
+}
+
+/// A shard cut at a member's end (or in its padding) reads as a shorter, valid-looking archive:
+/// only the missing end-of-archive block tells. Copies and downloads cut short at a block or
+/// page boundary are common, and would silently lose the rest of the shard.
+fn check_end(
+    next_header: u64,
+    members: usize,
+    shard_size: u64,
+    damaged: &impl Fn(String) -> Error,
+) -> Result<(), Error> {
+    if next_header.saturating_add(BLOCK) <= shard_size {
+        return Ok(());
     }
-    flush(&mut key, &mut image, &mut label, &mut others, &mut out)?;
-    // A key met again further on is a second sample under the same name, perhaps with another
-    // label (a file list refuses a path listed twice with two labels): refuse it by name.
+    Err(damaged(if members == 0 {
+        format!("truncated: {shard_size} bytes, not even one tar header")
+    } else {
+        format!(
+            "truncated: the file ends at byte {shard_size}, but its {members} member(s) and \
+             their padding run to byte {next_header}, where the next member or the \
+             end-of-archive block must follow (a copy or download cut short?)"
+        )
+    }))
+}
+
+/// A key met again further on is a second sample under the same name, perhaps with another
+/// label (a file list refuses a path listed twice with two labels): refused by name.
+fn check_keys_once(out: &[Found], damaged: &impl Fn(String) -> Error) -> Result<(), Error> {
     let mut keys: Vec<(&str, usize)> = out
         .iter()
         .enumerate()
@@ -400,11 +468,12 @@ pub(crate) fn index_shard<R: Read>(
     if let Some(w) = keys.windows(2).find(|w| w[0].0 == w[1].0) {
         let (first, again) = (&out[w[0].1], &out[w[1].1]);
         return Err(damaged(format!(
-            "sample `{}` appears twice, as `{}` (byte {}) and again as `{}` (byte {}):              each key names one sample",
+            "sample `{}` appears twice, as `{}` (byte {}) and again as `{}` (byte {}): \
+             each key names one sample",
             w[0].0, first.member, first.offset, again.member, again.offset
         )));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Indexes an in-memory shard (the `index_tar` fuzz target): the number of samples.
