@@ -13,7 +13,8 @@ use super::storage::Located;
 use super::{Backing, FileIndex, Source};
 use crate::error::Error;
 
-/// Opens a source in object storage (see [`Source::from_url_with`]).
+/// Opens a source in object storage (see [`Source::from_url_with`]): through a manifest where
+/// there is one, else the object the URL names, else what its prefix lists.
 #[cfg(feature = "remote")]
 pub(crate) fn open_remote(
     url: &str,
@@ -22,90 +23,130 @@ pub(crate) fn open_remote(
     use std::sync::Arc;
 
     use crate::source::storage::remote::Store;
-    use crate::source::ObjectIndex;
 
     let (store, key) = Store::connect(url, options)?;
     let store = Arc::new(store);
-    // A manifest, named by the URL or in the prefix: one GET opens the dataset.
-    {
-        use crate::source::format::manifest::{self, Manifest, MANIFEST_NAME};
-        let named = key.ends_with(MANIFEST_NAME);
-        let looks_like_a_file = key.rsplit('/').next().is_some_and(|n| n.contains('.'));
-        if named || !looks_like_a_file {
-            let manifest_key = if named {
-                key.clone()
-            } else {
-                join_key(&key, MANIFEST_NAME)
-            };
-            match store.get(&manifest_key, 1 << 30) {
-                Ok(bytes) => {
-                    let url_of = PathBuf::from(store.url_of(&manifest_key));
-                    let text = String::from_utf8_lossy(&bytes);
-                    let parsed = Manifest::parse(&text, &url_of)?;
-                    let prefix = parent_key(&manifest_key);
-                    let options = store.options.clone();
-                    return manifest::open(
-                        parsed,
-                        &url_of,
-                        manifest::Base::Remote {
-                            store: &store,
-                            prefix: &prefix,
-                        },
-                        &options.tfrecord,
-                        #[cfg(feature = "parquet")]
-                        &options.parquet,
-                    );
-                }
-                Err(e) if named => return Err(e),
-                Err(_) => {}
+    if let Some(source) = open_manifest(&store, &key)? {
+        return Ok(source);
+    }
+    if let Some(source) = open_named_object(&store, url, &key)? {
+        return Ok(source);
+    }
+    let (listed, key) = list_prefix(&store, key)?;
+    open_listed(&store, url, key, &listed)
+}
+
+#[cfg(feature = "remote")]
+type StoreRef = std::sync::Arc<crate::source::storage::remote::Store>;
+
+/// Tar shards in object storage, as one source.
+#[cfg(feature = "remote")]
+fn remote_shards(
+    store: &StoreRef,
+    url: &str,
+    shards: Vec<Located>,
+    base: &str,
+) -> Result<Source, Error> {
+    crate::source::format::tar::open_shards(
+        shards.into_iter().map(std::sync::Arc::new).collect(),
+        PathBuf::from(url),
+        PathBuf::from(store.url_of(base)),
+        None,
+        store.options.max_bytes_in_flight,
+    )
+}
+
+/// A manifest, named by the URL or in the prefix: one GET opens the dataset. `None` where
+/// the prefix has none.
+#[cfg(feature = "remote")]
+fn open_manifest(store: &StoreRef, key: &str) -> Result<Option<Source>, Error> {
+    use crate::source::format::manifest::{self, Manifest, MANIFEST_NAME};
+    let named = key.ends_with(MANIFEST_NAME);
+    let looks_like_a_file = key.rsplit('/').next().is_some_and(|n| n.contains('.'));
+    if named || !looks_like_a_file {
+        let manifest_key = if named {
+            key.to_string()
+        } else {
+            join_key(key, MANIFEST_NAME)
+        };
+        match store.get(&manifest_key, 1 << 30) {
+            Ok(bytes) => {
+                let url_of = PathBuf::from(store.url_of(&manifest_key));
+                let text = String::from_utf8_lossy(&bytes);
+                let parsed = Manifest::parse(&text, &url_of)?;
+                let prefix = parent_key(&manifest_key);
+                let options = store.options.clone();
+                return manifest::open(
+                    parsed,
+                    &url_of,
+                    manifest::Base::Remote {
+                        store,
+                        prefix: &prefix,
+                    },
+                    &options.tfrecord,
+                    #[cfg(feature = "parquet")]
+                    &options.parquet,
+                )
+                .map(Some);
             }
+            Err(e) if named => return Err(e),
+            Err(_) => {}
         }
     }
-    let max_bytes = store.options.max_bytes_in_flight;
-    let remote_shards = |shards: Vec<Located>, base: String| {
-        crate::source::format::tar::open_shards(
-            shards.into_iter().map(Arc::new).collect(),
-            PathBuf::from(url),
-            PathBuf::from(store.url_of(&base)),
-            None,
-            max_bytes,
-        )
-    };
-    if is_tar_name(&key) {
-        let (size, mtime) = store.head(&key)?;
-        return remote_shards(
-            vec![Located::object(&store, key.clone(), size, mtime)],
-            parent_key(&key),
-        );
+    Ok(None)
+}
+
+/// The source of the one object the URL names: a tar shard, a parquet or TFRecord file, or
+/// a file list (`.txt`). `None` for a prefix.
+#[cfg(feature = "remote")]
+fn open_named_object(store: &StoreRef, url: &str, key: &str) -> Result<Option<Source>, Error> {
+    use std::sync::Arc;
+
+    use crate::source::ObjectIndex;
+
+    if is_tar_name(key) {
+        let (size, mtime) = store.head(key)?;
+        let shard = Located::object(store, key.to_string(), size, mtime);
+        return remote_shards(store, url, vec![shard], &parent_key(key)).map(Some);
     }
-    if let Some(kind) = container_name(&key) {
-        let (size, mtime) = store.head(&key)?;
-        let file = Located::object(&store, key.clone(), size, mtime);
-        let base = PathBuf::from(store.url_of(&parent_key(&key)));
-        return open_containers(&store, kind, vec![file], PathBuf::from(url), base);
+    if let Some(kind) = container_name(key) {
+        let (size, mtime) = store.head(key)?;
+        let file = Located::object(store, key.to_string(), size, mtime);
+        let base = PathBuf::from(store.url_of(&parent_key(key)));
+        return open_containers(store, kind, vec![file], PathBuf::from(url), base).map(Some);
     }
     if key.to_ascii_lowercase().ends_with(".txt") {
-        let parent = parent_key(&key);
+        let parent = parent_key(key);
         let (list, base) = (Path::new(url), PathBuf::from(store.url_of(&parent)));
         // Streamed and parsed a line at a time, as a local list is.
-        let (size, _) = store.head(&key)?;
+        let (size, _) = store.head(key)?;
         let index = if size == 0 {
             crate::source::format::list::parse_list(list, base, &[])?
         } else {
-            let reader = store.range_reader(&key, 0, size)?;
+            let reader = store.range_reader(key, 0, size)?;
             let reader = std::io::BufReader::with_capacity(64 << 10, reader);
             crate::source::format::list::parse_list_from(list, base, reader, size)?
         };
         let stamps = vec![(0, 0); index.len()];
-        return Ok(Source {
+        return Ok(Some(Source {
             index,
             backing: Backing::Objects(Arc::new(ObjectIndex {
                 store: store.clone(),
                 prefix: parent,
                 stamps,
             })),
-        });
+        }));
     }
+    Ok(None)
+}
+
+/// The objects under `key`, or under its parent whose names start with its last part
+/// (`data/train-`), with the prefix they are listed under.
+#[cfg(feature = "remote")]
+fn list_prefix(
+    store: &crate::source::storage::remote::Store,
+    key: String,
+) -> Result<(Vec<Listed>, String), Error> {
     let mut listed = store.list(&key)?;
     let mut key = key;
     if listed.is_empty() && !key.is_empty() {
@@ -123,6 +164,18 @@ pub(crate) fn open_remote(
             key = parent;
         }
     }
+    Ok((listed, key))
+}
+
+/// The source a listing holds: one kind of container files, tar shards, or images; two kinds
+/// side by side are an error naming both.
+#[cfg(feature = "remote")]
+fn open_listed(
+    store: &StoreRef,
+    url: &str,
+    key: String,
+    listed: &[Listed],
+) -> Result<Source, Error> {
     let visible = |o: &&Listed| !o.key.split('/').any(|c| c.starts_with('.'));
     let tars: Vec<_> = listed.iter().filter(|o| is_tar_name(&o.key)).collect();
     let mut parquet: Vec<&Listed> = listed
@@ -142,7 +195,7 @@ pub(crate) fn open_remote(
         );
         parquet.clear();
     }
-    let records = tfrecord_objects(&store, &key, &listed)?;
+    let records = tfrecord_objects(store, &key, listed)?;
     let kinds = [
         ("tar shards", tars.first().copied()),
         ("parquet files", parquet.first().copied()),
@@ -187,10 +240,10 @@ pub(crate) fn open_remote(
         crate::source::containers::one_set(Path::new(url), &names)?;
         let files = found
             .iter()
-            .map(|o| Located::object(&store, join_key(&key, &o.key), o.size, o.mtime))
+            .map(|o| Located::object(store, join_key(&key, &o.key), o.size, o.mtime))
             .collect();
         let base = PathBuf::from(store.url_of(&key));
-        return open_containers(&store, kind, files, PathBuf::from(url), base);
+        return open_containers(store, kind, files, PathBuf::from(url), base);
     }
     // Shards beside class "folders" of images, as for a local folder: reading either would
     // drop the other's samples or labels without a word.
@@ -214,11 +267,25 @@ pub(crate) fn open_remote(
     if !tars.is_empty() {
         let shards = tars
             .into_iter()
-            .map(|o| Located::object(&store, join_key(&key, &o.key), o.size, o.mtime))
+            .map(|o| Located::object(store, join_key(&key, &o.key), o.size, o.mtime))
             .collect();
-        return remote_shards(shards, key.clone());
+        return remote_shards(store, url, shards, &key);
     }
-    // Images: class "folders" (first key component) when there are any.
+    open_images(store, url, key, listed)
+}
+
+/// The images of a listing: in class "folders" (first key component) when there are any.
+#[cfg(feature = "remote")]
+fn open_images(
+    store: &StoreRef,
+    url: &str,
+    key: String,
+    listed: &[Listed],
+) -> Result<Source, Error> {
+    use std::sync::Arc;
+
+    use crate::source::ObjectIndex;
+
     let images: Vec<_> = listed
         .iter()
         .filter(|o| crate::source::format::dir::has_image_extension(Path::new(&o.key)))
@@ -267,7 +334,7 @@ pub(crate) fn open_remote(
     Ok(Source {
         index,
         backing: Backing::Objects(Arc::new(ObjectIndex {
-            store,
+            store: store.clone(),
             prefix: key,
             stamps,
         })),
