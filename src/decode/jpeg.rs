@@ -117,7 +117,7 @@ impl Decoder {
         crop: Option<Rect>,
         index: u64,
     ) -> Result<(Layout, Option<Rect>), Error> {
-        use imagefeed_jpeg::{Colorspace, Image, PixelFormat, ScalingFactor, Subsamp, YuvImage};
+        use imagefeed_jpeg::{Image, PixelFormat, ScalingFactor, YuvImage};
         let tj_err = |e: imagefeed_jpeg::Error| fail(path, format!("libjpeg-turbo: {e}"));
         // A fresh decompressor for every image (0.25 us): libjpeg keeps quantization and
         // Huffman tables between images on one decompressor (for abbreviated streams), so a
@@ -167,27 +167,7 @@ impl Decoder {
         // The layout of planes libjpeg-turbo would write (None: decode to RGB). A header it
         // cannot read is left to the RGB decode to report.
         let plan = if planes && !cmyk && region.is_none() {
-            // libjpeg-turbo fails a header read on a warning: one about metadata is read
-            // again without it, as the decode below does.
-            let hdr = tj.read_header(bytes).or_else(|e| match &e {
-                imagefeed_jpeg::Error::Library { message: msg, .. }
-                    if turbo_warning(msg) == Some(TurboWarning::Metadata) =>
-                {
-                    tj.read_header(&header::without_segments(bytes, &[0xE0, 0xE2]))
-                }
-                _ => Err(e),
-            });
-            hdr.ok().and_then(|hdr| {
-                let sub = match (hdr.colorspace, hdr.subsamp) {
-                    (Colorspace::Gray, Subsamp::Gray) => Subsamp::Gray,
-                    (Colorspace::YCbCr, Subsamp::Gray | Subsamp::Unknown) => return None,
-                    (Colorspace::YCbCr, sub) => sub,
-                    _ => return None,
-                };
-                (hdr.width == info.width as usize && hdr.height == info.height as usize)
-                    .then(|| Layout::planes(w, h, sub))
-                    .flatten()
-            })
+            plane_layout(&mut tj, bytes, info, w, h)
         } else {
             None
         };
@@ -255,36 +235,7 @@ impl Decoder {
             result = decode(&mut tj);
             read_to_end = true;
         }
-        match result {
-            Ok(()) => {}
-            Err(imagefeed_jpeg::Error::Library { message: msg, .. }) => match turbo_warning(&msg) {
-                Some(TurboWarning::Metadata) => {}
-                Some(TurboWarning::Data) if self.settings.accept_jpeg_warnings => {
-                    log::warn!(
-                        "{}: libjpeg-turbo: {msg}; delivered anyway (accept_jpeg_warnings)",
-                        path.display()
-                    );
-                }
-                Some(TurboWarning::Data) => {
-                    return Err(fail(
-                        path,
-                        format!(
-                            "libjpeg-turbo: {msg} (the image decoded to its end, but its data \
-                             is damaged or padded; accept_jpeg_warnings(true) delivers such \
-                             images, as Pillow and tf.data do)"
-                        ),
-                    ))
-                }
-                None if msg.contains("Premature end of JPEG file") => {
-                    return Err(fail(
-                        path,
-                        format!("libjpeg-turbo: {msg} (the file is cut short: truncated)"),
-                    ))
-                }
-                None => return Err(fail(path, format!("libjpeg-turbo: {msg}"))),
-            },
-            Err(e) => return Err(tj_err(e)),
-        }
+        judge(result, path, self.settings.accept_jpeg_warnings)?;
         if cmyk {
             if self.rgb.len() < w * h * 3 {
                 self.rgb.resize(w * h * 3, 0);
@@ -664,6 +615,81 @@ pub(crate) fn jpeg_working_set(info: &JpegInfo, decoded: (u32, u32), turbo: bool
     };
     let zune_extra = if turbo { 0 } else { w * h * comps };
     out + coefficients + zune_extra
+}
+
+/// The layout of planes libjpeg-turbo would write a YCbCr or grey JPEG in at `w`×`h` (None:
+/// decode to RGB). A header it cannot read is left to the RGB decode to report.
+#[cfg(feature = "turbojpeg")]
+fn plane_layout(
+    tj: &mut imagefeed_jpeg::Decompressor,
+    bytes: &[u8],
+    info: &JpegInfo,
+    w: usize,
+    h: usize,
+) -> Option<Layout> {
+    use imagefeed_jpeg::{Colorspace, Subsamp};
+    // libjpeg-turbo fails a header read on a warning: one about metadata is read again
+    // without it, as the decode does.
+    let hdr = tj.read_header(bytes).or_else(|e| match &e {
+        imagefeed_jpeg::Error::Library { message: msg, .. }
+            if turbo_warning(msg) == Some(TurboWarning::Metadata) =>
+        {
+            tj.read_header(&header::without_segments(bytes, &[0xE0, 0xE2]))
+        }
+        _ => Err(e),
+    });
+    hdr.ok().and_then(|hdr| {
+        let sub = match (hdr.colorspace, hdr.subsamp) {
+            (Colorspace::Gray, Subsamp::Gray) => Subsamp::Gray,
+            (Colorspace::YCbCr, Subsamp::Gray | Subsamp::Unknown) => return None,
+            (Colorspace::YCbCr, sub) => sub,
+            _ => return None,
+        };
+        (hdr.width == info.width as usize && hdr.height == info.height as usize)
+            .then(|| Layout::planes(w, h, sub))
+            .flatten()
+    })
+}
+
+/// What a libjpeg-turbo decode's result means: a warning about metadata is no error; one
+/// about the data is one, unless `accept` (`accept_jpeg_warnings`); a failure names the file.
+#[cfg(feature = "turbojpeg")]
+fn judge(
+    result: Result<(), imagefeed_jpeg::Error>,
+    path: &Path,
+    accept: bool,
+) -> Result<(), Error> {
+    match result {
+        Ok(()) => {}
+        Err(imagefeed_jpeg::Error::Library { message: msg, .. }) => match turbo_warning(&msg) {
+            Some(TurboWarning::Metadata) => {}
+            Some(TurboWarning::Data) if accept => {
+                log::warn!(
+                    "{}: libjpeg-turbo: {msg}; delivered anyway (accept_jpeg_warnings)",
+                    path.display()
+                );
+            }
+            Some(TurboWarning::Data) => {
+                return Err(fail(
+                    path,
+                    format!(
+                        "libjpeg-turbo: {msg} (the image decoded to its end, but its data \
+                             is damaged or padded; accept_jpeg_warnings(true) delivers such \
+                             images, as Pillow and tf.data do)"
+                    ),
+                ))
+            }
+            None if msg.contains("Premature end of JPEG file") => {
+                return Err(fail(
+                    path,
+                    format!("libjpeg-turbo: {msg} (the file is cut short: truncated)"),
+                ))
+            }
+            None => return Err(fail(path, format!("libjpeg-turbo: {msg}"))),
+        },
+        Err(e) => return Err(fail(path, format!("libjpeg-turbo: {e}"))),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
