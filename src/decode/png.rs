@@ -45,46 +45,7 @@ impl Decoder {
         }
         let width = u64::from(be32(16));
         let metadata_limit = PNG_METADATA_BYTES + 2 * (width * 8 + 1);
-        let too_much_metadata = || {
-            fail(
-                path,
-                format!(
-                    "PNG: its text or other ancillary chunks need more than the {} MiB allowed",
-                    PNG_METADATA_BYTES >> 20
-                ),
-            )
-        };
-        // An indexed PNG is read as its palette indices and expanded here, so that an index
-        // past the palette is an error: the png crate would deliver such pixels black.
-        let indexed = bytes.get(12..16) == Some(b"IHDR".as_slice()) && bytes.get(25) == Some(&3);
-        let mut png = if indexed {
-            let mut dec = png::Decoder::new_with_limits(
-                std::io::Cursor::new(bytes),
-                png::Limits {
-                    bytes: usize::try_from(metadata_limit).unwrap_or(usize::MAX),
-                },
-            );
-            // Text chunks are never read here: skip them rather than inflate them.
-            dec.set_ignore_text_chunk(true);
-            dec.set_transformations(png::Transformations::IDENTITY);
-            let reader = dec.read_info().map_err(|e| match e {
-                png::DecodingError::LimitsExceeded => too_much_metadata(),
-                e => png_fail(e.to_string()),
-            })?;
-            Png::Indexed(reader)
-        } else {
-            let mut header_limits = image::Limits::default();
-            header_limits.max_alloc = Some(metadata_limit);
-            let dec = image::codecs::png::PngDecoder::with_limits(
-                std::io::Cursor::new(bytes),
-                header_limits,
-            )
-            .map_err(|e| match e {
-                image::ImageError::Limits(_) => too_much_metadata(),
-                e => perr(e),
-            })?;
-            Png::Image(dec)
-        };
+        let mut png = open_png(bytes, path, metadata_limit)?;
         let (w, h, color, total) = match &mut png {
             Png::Image(dec) => {
                 let (w, h) = dec.dimensions();
@@ -171,25 +132,7 @@ impl Decoder {
                 .map_err(png_fail)?;
             }
         }
-        let src = &self.aux;
-        let dst = &mut self.rgb;
-        match color {
-            None | Some(ColorType::Rgb8) => {}
-            Some(ColorType::Rgba8) => expand(src, dst, 4, |p| [p[0], p[1], p[2]]),
-            Some(ColorType::L8) => expand(src, dst, 1, |p| [p[0]; 3]),
-            Some(ColorType::La8) => expand(src, dst, 2, |p| [p[0]; 3]),
-            // 16-bit samples come in native byte order; keep the high byte.
-            Some(ColorType::Rgb16) => expand(src, dst, 6, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
-            Some(ColorType::Rgba16) => expand(src, dst, 8, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
-            Some(ColorType::L16) => expand(src, dst, 2, |p| [hi(p, 0); 3]),
-            Some(ColorType::La16) => expand(src, dst, 4, |p| [hi(p, 0); 3]),
-            Some(other) => {
-                return Err(fail(
-                    path,
-                    format!("PNG colour type {other:?} is not supported"),
-                ))
-            }
-        }
+        to_rgb(color, &self.aux, &mut self.rgb, path)?;
         if self.aux.capacity() as u64 > RETAIN_BYTES {
             self.aux = Vec::new();
         }
@@ -207,6 +150,82 @@ impl Decoder {
             full: (w, h),
         })
     }
+}
+
+/// Opens a PNG's header with at most `metadata_limit` bytes for its ancillary chunks: an
+/// indexed PNG through the png crate (read as palette indices, expanded by [`expand_indexed`],
+/// so that an index past the palette is an error: the png crate would deliver it black), any
+/// other through the `image` crate.
+fn open_png<'b>(bytes: &'b [u8], path: &Path, metadata_limit: u64) -> Result<Png<'b>, Error> {
+    let perr = |e: image::ImageError| fail(path, format!("PNG: {e}"));
+    let png_fail = |e: String| fail(path, format!("PNG: {e}"));
+    let too_much_metadata = || {
+        fail(
+            path,
+            format!(
+                "PNG: its text or other ancillary chunks need more than the {} MiB allowed",
+                PNG_METADATA_BYTES >> 20
+            ),
+        )
+    };
+    // An indexed PNG is read as its palette indices and expanded here, so that an index
+    // past the palette is an error: the png crate would deliver such pixels black.
+    let indexed = bytes.get(12..16) == Some(b"IHDR".as_slice()) && bytes.get(25) == Some(&3);
+    Ok(if indexed {
+        let mut dec = png::Decoder::new_with_limits(
+            std::io::Cursor::new(bytes),
+            png::Limits {
+                bytes: usize::try_from(metadata_limit).unwrap_or(usize::MAX),
+            },
+        );
+        // Text chunks are never read here: skip them rather than inflate them.
+        dec.set_ignore_text_chunk(true);
+        dec.set_transformations(png::Transformations::IDENTITY);
+        let reader = dec.read_info().map_err(|e| match e {
+            png::DecodingError::LimitsExceeded => too_much_metadata(),
+            e => png_fail(e.to_string()),
+        })?;
+        Png::Indexed(reader)
+    } else {
+        let mut header_limits = image::Limits::default();
+        header_limits.max_alloc = Some(metadata_limit);
+        let dec =
+            image::codecs::png::PngDecoder::with_limits(std::io::Cursor::new(bytes), header_limits)
+                .map_err(|e| match e {
+                    image::ImageError::Limits(_) => too_much_metadata(),
+                    e => perr(e),
+                })?;
+        Png::Image(dec)
+    })
+}
+
+/// Writes RGB8 of a decoded PNG of colour type `color` (`src`; `None`: palette indices
+/// already expanded into `dst`, `Rgb8`: decoded into `dst` already) into `dst`.
+fn to_rgb(
+    color: Option<image::ColorType>,
+    src: &[u8],
+    dst: &mut [u8],
+    path: &Path,
+) -> Result<(), Error> {
+    use image::ColorType;
+    match color {
+        None | Some(ColorType::Rgb8) => {}
+        Some(ColorType::Rgba8) => expand(src, dst, 4, |p| [p[0], p[1], p[2]]),
+        Some(ColorType::L8) => expand(src, dst, 1, |p| [p[0]; 3]),
+        Some(ColorType::La8) => expand(src, dst, 2, |p| [p[0]; 3]),
+        // 16-bit samples come in native byte order; keep the high byte.
+        Some(ColorType::Rgb16) => expand(src, dst, 6, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
+        Some(ColorType::Rgba16) => expand(src, dst, 8, |p| [hi(p, 0), hi(p, 2), hi(p, 4)]),
+        Some(ColorType::L16) => expand(src, dst, 2, |p| [hi(p, 0); 3]),
+        Some(ColorType::La16) => expand(src, dst, 4, |p| [hi(p, 0); 3]),
+        Some(other) => {
+            return Err(fail(
+                path,
+                format!("PNG colour type {other:?} is not supported"),
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// What the png crate may allocate for a PNG's ancillary chunks (text, ICC profile) besides
