@@ -83,23 +83,7 @@ pub fn write_shards_with(
     if shard_size == 0 {
         return Err(Error::config("shard_size", "must be at least 1"));
     }
-    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
-    for entry in std::fs::read_dir(out_dir).map_err(|e| Error::io(out_dir, e))? {
-        let entry = entry.map_err(|e| Error::io(out_dir, e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let ours = is_tar_name(&name)
-            || [".tar.partial", ".tar.idx", ".tar.idx.partial"]
-                .iter()
-                .any(|suffix| name.ends_with(suffix));
-        if (name.starts_with("shard-") && ours)
-            || name == crate::source::format::manifest::MANIFEST_NAME
-        {
-            return Err(Error::source(
-                out_dir,
-                format!("already holds shards (`{name}`); choose an empty folder"),
-            ));
-        }
-    }
+    check_out_dir(out_dir)?;
     let n = source.len();
     let order: Vec<u32> = match shuffle_seed {
         Some(seed) => crate::rng::permutation(
@@ -112,24 +96,23 @@ pub fn write_shards_with(
     // One reader for the whole run: its shard tables are read once, not once a sample (the
     // tables of 64 shards at most are kept: shuffled, samples come from every shard).
     let mut reader = source.backing.reader(&source.index, 64 * 1000, &specs);
-    let mut read =
-        |i: usize| -> Result<(super::super::Sample, PathBuf, super::super::Members), Error> {
-            let Some(r) = reader.as_mut() else {
-                let (sample, name) = source.read_sample_with(i, limit, &specs)?;
-                return Ok((sample, name, Vec::new()));
-            };
-            let mut name = PathBuf::new();
-            let sample = match r.read(i as u32, &mut name, limit) {
-                super::super::Step::Done(s) => s?,
-                #[cfg(feature = "remote")]
-                super::super::Step::Pending(f) => match r.store() {
-                    Some((store, _)) => store.block_on(f)?,
-                    None => return Err(Error::io(&name, std::io::Error::other("no store"))),
-                },
-            };
-            let others = r.other_members(i as u32)?;
-            Ok((sample, name, others))
+    let mut read = |i: usize| -> Result<Read, Error> {
+        let Some(r) = reader.as_mut() else {
+            let (sample, name) = source.read_sample_with(i, limit, &specs)?;
+            return Ok((sample, name, Vec::new()));
         };
+        let mut name = PathBuf::new();
+        let sample = match r.read(i as u32, &mut name, limit) {
+            super::super::Step::Done(s) => s?,
+            #[cfg(feature = "remote")]
+            super::super::Step::Pending(f) => match r.store() {
+                Some((store, _)) => store.block_on(f)?,
+                None => return Err(Error::io(&name, std::io::Error::other("no store"))),
+            },
+        };
+        let others = r.other_members(i as u32)?;
+        Ok((sample, name, others))
+    };
     // Each shard's manifest line, written beside the shards at the end.
     let mut lines = Vec::new();
     let mut written = ShardsWritten {
@@ -140,82 +123,7 @@ pub fn write_shards_with(
     for (k, chunk) in order.chunks(shard_size).enumerate() {
         let final_path = out_dir.join(format!("shard-{k:06}.tar"));
         let partial = out_dir.join(format!("shard-{k:06}.tar.partial"));
-        let result = (|| -> Result<(u64, Vec<Found>), Error> {
-            let file = std::fs::File::create(&partial).map_err(|e| Error::io(&partial, e))?;
-            let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
-            let mut bytes = 0u64;
-            // Where each image's data lands: one 512-byte ustar header, then the data padded
-            // to 512 bytes (names are short: no extension headers).
-            let mut at = 0u64;
-            let mut found = Vec::with_capacity(chunk.len());
-            let block = |n: u64| n.div_ceil(512) * 512;
-            for &i in chunk {
-                let i = i as usize;
-                let (sample, name, others) = read(i)?;
-                let data = sample.bytes;
-                let ext = sample_extension(&name, &data);
-                let key = format!("{i:09}");
-                let member = format!("{key}.{ext}");
-                append(&mut builder, &member, &data, &partial)?;
-                let label = sample.label;
-                let text = label.to_string();
-                let image_at = at + 512;
-                at += 512 + block(data.len() as u64);
-                found.push(Found {
-                    member,
-                    offset: image_at,
-                    len: data.len() as u64,
-                    label: Some(label),
-                    label_at: Some((at + 512, text.len() as u64)),
-                    others: Vec::new(),
-                });
-                append(
-                    &mut builder,
-                    &format!("{key}.cls"),
-                    text.as_bytes(),
-                    &partial,
-                )?;
-                at += 512 + block(text.len() as u64);
-                // The sample's other members, then its fields, each as `KEY.EXT`.
-                let mut kept = Vec::new();
-                for (ext, bytes) in others {
-                    append(&mut builder, &format!("{key}.{ext}"), &bytes, &partial)?;
-                    kept.push(super::Other {
-                        ext,
-                        offset: at + 512,
-                        len: bytes.len() as u64,
-                    });
-                    at += 512 + block(bytes.len() as u64);
-                }
-                for (field, value) in specs.iter().zip(&sample.fields.0) {
-                    let Some(bytes) = member_bytes(value) else {
-                        continue;
-                    };
-                    append(
-                        &mut builder,
-                        &format!("{key}.{}", field.name()),
-                        &bytes,
-                        &partial,
-                    )?;
-                    kept.push(super::Other {
-                        ext: field.name().into(),
-                        offset: at + 512,
-                        len: bytes.len() as u64,
-                    });
-                    at += 512 + block(bytes.len() as u64);
-                }
-                if let Some(last) = found.last_mut() {
-                    last.others = kept;
-                }
-                bytes += data.len() as u64;
-            }
-            let inner = builder.into_inner().map_err(|e| Error::io(&partial, e))?;
-            let file = inner
-                .into_inner()
-                .map_err(|e| Error::io(&partial, e.into_error()))?;
-            file.sync_all().map_err(|e| Error::io(&partial, e))?;
-            Ok((bytes, found))
-        })();
+        let result = write_shard(&partial, chunk, &mut read, &specs);
         match result {
             Ok((bytes, found)) => {
                 std::fs::rename(&partial, &final_path).map_err(|e| Error::io(&final_path, e))?;
@@ -255,6 +163,119 @@ pub fn write_shards_with(
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
     }
     Ok(written)
+}
+
+/// Refuses an output folder that already holds shards (or a manifest): nothing the user has
+/// is overwritten. Creates it where it is missing.
+fn check_out_dir(out_dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    for entry in std::fs::read_dir(out_dir).map_err(|e| Error::io(out_dir, e))? {
+        let entry = entry.map_err(|e| Error::io(out_dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = is_tar_name(&name)
+            || [".tar.partial", ".tar.idx", ".tar.idx.partial"]
+                .iter()
+                .any(|suffix| name.ends_with(suffix));
+        if (name.starts_with("shard-") && ours)
+            || name == crate::source::format::manifest::MANIFEST_NAME
+        {
+            return Err(Error::source(
+                out_dir,
+                format!("already holds shards (`{name}`); choose an empty folder"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A sample read for re-sharding: its image and label (and fields), its name, and its other
+/// members.
+type Read = (super::super::Sample, PathBuf, super::super::Members);
+
+/// Writes the samples `chunk` (dataset indices, read by `read`) into the shard `partial`, each
+/// as `KEY.EXT` (its image), `KEY.cls`, its other members and its fields; returns the image
+/// bytes and the shard's table.
+fn write_shard(
+    partial: &Path,
+    chunk: &[u32],
+    read: &mut impl FnMut(usize) -> Result<Read, Error>,
+    specs: &crate::fields::FieldSpecs,
+) -> Result<(u64, Vec<Found>), Error> {
+    let partial = partial.to_path_buf();
+    let file = std::fs::File::create(&partial).map_err(|e| Error::io(&partial, e))?;
+    let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
+    let mut bytes = 0u64;
+    // Where each image's data lands: one 512-byte ustar header, then the data padded
+    // to 512 bytes (names are short: no extension headers).
+    let mut at = 0u64;
+    let mut found = Vec::with_capacity(chunk.len());
+    let block = |n: u64| n.div_ceil(512) * 512;
+    for &i in chunk {
+        let i = i as usize;
+        let (sample, name, others) = read(i)?;
+        let data = sample.bytes;
+        let ext = sample_extension(&name, &data);
+        let key = format!("{i:09}");
+        let member = format!("{key}.{ext}");
+        append(&mut builder, &member, &data, &partial)?;
+        let label = sample.label;
+        let text = label.to_string();
+        let image_at = at + 512;
+        at += 512 + block(data.len() as u64);
+        found.push(Found {
+            member,
+            offset: image_at,
+            len: data.len() as u64,
+            label: Some(label),
+            label_at: Some((at + 512, text.len() as u64)),
+            others: Vec::new(),
+        });
+        append(
+            &mut builder,
+            &format!("{key}.cls"),
+            text.as_bytes(),
+            &partial,
+        )?;
+        at += 512 + block(text.len() as u64);
+        // The sample's other members, then its fields, each as `KEY.EXT`.
+        let mut kept = Vec::new();
+        for (ext, bytes) in others {
+            append(&mut builder, &format!("{key}.{ext}"), &bytes, &partial)?;
+            kept.push(super::Other {
+                ext,
+                offset: at + 512,
+                len: bytes.len() as u64,
+            });
+            at += 512 + block(bytes.len() as u64);
+        }
+        for (field, value) in specs.iter().zip(&sample.fields.0) {
+            let Some(bytes) = member_bytes(value) else {
+                continue;
+            };
+            append(
+                &mut builder,
+                &format!("{key}.{}", field.name()),
+                &bytes,
+                &partial,
+            )?;
+            kept.push(super::Other {
+                ext: field.name().into(),
+                offset: at + 512,
+                len: bytes.len() as u64,
+            });
+            at += 512 + block(bytes.len() as u64);
+        }
+        if let Some(last) = found.last_mut() {
+            last.others = kept;
+        }
+        bytes += data.len() as u64;
+    }
+    let inner = builder.into_inner().map_err(|e| Error::io(&partial, e))?;
+    let file = inner
+        .into_inner()
+        .map_err(|e| Error::io(&partial, e.into_error()))?;
+    file.sync_all().map_err(|e| Error::io(&partial, e))?;
+    Ok((bytes, found))
 }
 
 /// The class names beside shards `imagefeed shards` wrote: one a line, by label.
