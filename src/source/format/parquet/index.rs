@@ -28,6 +28,117 @@ struct Indexed {
     class_names: Option<Vec<String>>,
 }
 
+/// The column list of an error message: the first dozen, described.
+fn listed(columns: &[parquet::schema::types::ColumnDescPtr]) -> String {
+    columns
+        .iter()
+        .take(12)
+        .map(|c| describe(c))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The leaf of image column `image`: a binary column, or a struct's binary `bytes` (the
+/// `datasets` Image), one image a row.
+fn image_leaf(
+    columns: &[parquet::schema::types::ColumnDescPtr],
+    image: &str,
+    name: &str,
+) -> Result<usize, Error> {
+    let leaf = columns
+        .iter()
+        .position(|c| {
+            let p = c.path().parts();
+            (p.len() == 1 && p[0] == image) || (p.len() == 2 && p[0] == image && p[1] == "bytes")
+        })
+        .ok_or_else(|| {
+            let any = columns.iter().find(|c| c.path().parts()[0] == image);
+            Error::source(
+                name,
+                match any {
+                    Some(c) => format!(
+                        "column `{image}` is {}, not binary or a struct with binary `bytes` (datasets' Image)",
+                        describe(c)
+                    ),
+                    None => format!(
+                        "no column `{image}` (its columns: {}): set ParquetOptions::image_column",
+                        listed(columns)
+                    ),
+                },
+            )
+        })?;
+    let col = &columns[leaf];
+    if col.physical_type() != Physical::BYTE_ARRAY {
+        return Err(Error::source(
+            name,
+            format!("column `{image}` is {}, not binary", describe(col)),
+        ));
+    }
+    if col.max_rep_level() > 0 {
+        return Err(Error::source(
+            name,
+            format!(
+                "column `{image}` is a list ({}), not one image a row",
+                describe(col)
+            ),
+        ));
+    }
+    Ok(leaf)
+}
+
+/// The leaf of label column `label_name`, an integer column; `None` without one, unless the
+/// user `named` it.
+fn label_leaf(
+    columns: &[parquet::schema::types::ColumnDescPtr],
+    label_name: &str,
+    named: bool,
+    name: &str,
+) -> Result<Option<usize>, Error> {
+    let found = columns.iter().position(|c| {
+        let p = c.path().parts();
+        p.len() == 1 && p[0] == label_name
+    });
+    Ok(match found {
+        Some(k) => {
+            let c = &columns[k];
+            let integer = matches!(c.physical_type(), Physical::INT32 | Physical::INT64)
+                && !matches!(
+                    c.logical_type_ref(),
+                    Some(
+                        LogicalType::Date
+                            | LogicalType::Time(_)
+                            | LogicalType::Timestamp(_)
+                            | LogicalType::Decimal(_)
+                    )
+                );
+            if !integer || c.max_rep_level() > 0 {
+                return Err(Error::source(
+                    name,
+                    format!(
+                        "column `{label_name}` is {}, not an integer label",
+                        describe(c)
+                    ),
+                ));
+            }
+            Some(k)
+        }
+        None if named => {
+            return Err(Error::source(
+                name,
+                format!(
+                    "no column `{label_name}` (its columns: {})",
+                    listed(columns)
+                ),
+            ))
+        }
+        None => {
+            // A column named after the struct's field under another name, such as CIFAR's
+            // `fine_label`, is not guessed: it is named in the warning.
+            None
+        }
+    })
+}
+
 /// A manifest's row groups of one file: (group, rows, what was counted).
 pub(crate) type Known = Vec<(u32, u32, Tally)>;
 
@@ -43,94 +154,9 @@ fn index_file(
     let columns: Vec<_> = (0..schema.num_columns())
         .map(|i| schema.column(i))
         .collect();
-    let listed = || {
-        columns
-            .iter()
-            .take(12)
-            .map(|c| describe(c))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let image = &options.image_column;
-    let leaf = columns
-        .iter()
-        .position(|c| {
-            let p = c.path().parts();
-            (p.len() == 1 && &p[0] == image) || (p.len() == 2 && &p[0] == image && p[1] == "bytes")
-        })
-        .ok_or_else(|| {
-            let any = columns.iter().find(|c| &c.path().parts()[0] == image);
-            Error::source(
-                &name,
-                match any {
-                    Some(c) => format!(
-                        "column `{image}` is {}, not binary or a struct with binary `bytes` (datasets' Image)",
-                        describe(c)
-                    ),
-                    None => format!(
-                        "no column `{image}` (its columns: {}): set ParquetOptions::image_column",
-                        listed()
-                    ),
-                },
-            )
-        })?;
-    let col = &columns[leaf];
-    if col.physical_type() != Physical::BYTE_ARRAY {
-        return Err(Error::source(
-            &name,
-            format!("column `{image}` is {}, not binary", describe(col)),
-        ));
-    }
-    if col.max_rep_level() > 0 {
-        return Err(Error::source(
-            &name,
-            format!(
-                "column `{image}` is a list ({}), not one image a row",
-                describe(col)
-            ),
-        ));
-    }
+    let leaf = image_leaf(&columns, &options.image_column, &name)?;
     let label_name = options.label_column.as_deref().unwrap_or("label");
-    let label_leaf = columns.iter().position(|c| {
-        let p = c.path().parts();
-        p.len() == 1 && p[0] == label_name
-    });
-    let label_leaf = match label_leaf {
-        Some(k) => {
-            let c = &columns[k];
-            let integer = matches!(c.physical_type(), Physical::INT32 | Physical::INT64)
-                && !matches!(
-                    c.logical_type_ref(),
-                    Some(
-                        LogicalType::Date
-                            | LogicalType::Time(_)
-                            | LogicalType::Timestamp(_)
-                            | LogicalType::Decimal(_)
-                    )
-                );
-            if !integer || c.max_rep_level() > 0 {
-                return Err(Error::source(
-                    &name,
-                    format!(
-                        "column `{label_name}` is {}, not an integer label",
-                        describe(c)
-                    ),
-                ));
-            }
-            Some(k)
-        }
-        None if options.label_column.is_some() => {
-            return Err(Error::source(
-                &name,
-                format!("no column `{label_name}` (its columns: {})", listed()),
-            ))
-        }
-        None => {
-            // A column named after the struct's field under another name, such as CIFAR's
-            // `fine_label`, is not guessed: it is named in the warning.
-            None
-        }
-    };
+    let label_leaf = label_leaf(&columns, label_name, options.label_column.is_some(), &name)?;
     let mut group_rows = Vec::new();
     let mut chunks = Vec::new();
     for g in metadata.row_groups() {
