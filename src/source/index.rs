@@ -58,7 +58,7 @@ pub(crate) struct ListIndex {
     len: usize,
     num_classes: u32,
     /// A TSV list's header (its columns' names), read when the list was opened.
-    pub(crate) header: Option<std::sync::Arc<super::format::list::Header>>,
+    pub(crate) header: Option<std::sync::Arc<super::format::list::lines::Header>>,
 }
 
 /// A reader at a byte offset of a file, by positioned reads (the file is shared by threads).
@@ -116,7 +116,7 @@ impl ListIndex {
                 pos: offset,
             },
         );
-        let mut lines = super::format::list::Lines::new(list, reader, line, offset)?
+        let mut lines = super::format::list::lines::Lines::new(list, reader, line, offset)?
             .with_header(self.header.clone());
         for _ in 0..i as u64 % EVERY {
             lines.next_entry()?;
@@ -170,7 +170,7 @@ impl FileIndex {
             Entries::List(l) => l.header.clone(),
             Entries::InMemory { .. } => None,
         };
-        let mut lines = super::format::list::Lines::new(&self.origin, reader, line, offset)
+        let mut lines = super::format::list::lines::Lines::new(&self.origin, reader, line, offset)
             .ok()?
             .with_header(header);
         for _ in 0..skip {
@@ -385,7 +385,7 @@ impl FileIndex {
                         pos: 0,
                     },
                 );
-                let Ok(mut lines) = super::format::list::Lines::new(&self.origin, reader, 0, 0)
+                let Ok(mut lines) = super::format::list::lines::Lines::new(&self.origin, reader, 0, 0)
                 else {
                     return;
                 };

@@ -1,5 +1,6 @@
 //! Tests of file lists: parsing, errors naming the line, and the in-place index.
 
+use super::lines::{MAX_LINE_BYTES, MAX_PATH_BYTES};
 use super::*;
 
 fn parse(s: &[u8]) -> Result<FileIndex, Error> {
