@@ -795,15 +795,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("any one of these fits: `max_pixels` "), "{e}");
-        let value = |name: &str| -> Option<u64> {
-            let at = e.find(&format!("`{name}` "))? + name.len() + 3;
-            e[at..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        };
-        let mp = value("max_pixels").unwrap();
+        let mp = value_in(&e, "max_pixels").unwrap();
         assert!(LoaderBuilder::new(source())
             .batch_size(256)
             .max_pixels(mp)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::format::tfrecord;
 use super::format::{dir::class_folder_with_images, tar as shards};
-use super::Source;
+use super::{RemoteOptions, Source};
 use crate::error::Error;
 
 /// True for a name ending in `.parquet` (any case).
@@ -33,22 +33,94 @@ pub(crate) fn parquet_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
 
 /// A file [`Source::open`] opens as parquet or TFRecord, by its name or (TFRecord) its first
 /// record's framing; `None` for others (lists, tar shards).
-pub(crate) fn open_file(path: &Path) -> Option<Result<Source, Error>> {
+pub(crate) fn open_file(path: &Path, options: &RemoteOptions) -> Option<Result<Source, Error>> {
     let name = path.file_name()?.to_string_lossy();
     if is_parquet_name(&name) {
-        return Some(Source::from_parquet([path]));
+        return Some(open_parquet(&[path.to_path_buf()], options));
     }
     if tfrecord::is_tfrecord_name(&name) || tfrecord::sniff(path).is_some() {
-        return Some(Source::from_tfrecords([path]));
+        return Some(Source::from_tfrecords_with(
+            [path],
+            options.tfrecord.clone(),
+        ));
     }
     None
+}
+
+fn open_parquet(files: &[PathBuf], options: &RemoteOptions) -> Result<Source, Error> {
+    #[cfg(feature = "parquet")]
+    {
+        Source::from_parquet_with(files, options.parquet.clone())
+    }
+    #[cfg(not(feature = "parquet"))]
+    {
+        let _ = options;
+        Source::from_parquet(files)
+    }
+}
+
+/// The source a set of files named by a pattern or a prefix holds (`origin` names them in
+/// errors): tar shards, parquet or TFRecord files (parquet beside same-stem tars: the tars, as
+/// img2dataset writes them), or a file list. Two kinds are an error naming both.
+pub(crate) fn open_files(
+    origin: &Path,
+    files: Vec<PathBuf>,
+    options: &RemoteOptions,
+) -> Result<Source, Error> {
+    let name = |p: &PathBuf| file_name(p);
+    let tars: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| shards::is_tar_name(&name(f)))
+        .cloned()
+        .collect();
+    let mut parquets: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| is_parquet_name(&name(f)))
+        .cloned()
+        .collect();
+    if !parquets.is_empty() && beside_their_tars(&parquets, &tars) {
+        parquets.clear();
+    }
+    let records: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| !shards::is_tar_name(&name(f)) && !is_parquet_name(&name(f)))
+        .filter(|f| tfrecord::is_tfrecord_name(&name(f)) || tfrecord::sniff(f).is_some())
+        .cloned()
+        .collect();
+    let kinds = [
+        ("tar shards", &tars),
+        ("parquet files", &parquets),
+        ("TFRecord files", &records),
+    ];
+    let mut present = kinds.iter().filter(|(_, v)| !v.is_empty());
+    match (present.next(), present.next()) {
+        (Some(a), Some(b)) => Err(both(origin, (a.0, &a.1[0]), (b.0, &b.1[0]))),
+        (Some(("tar shards", _)), None) => Source::from_tar_shards(&tars),
+        (Some(("parquet files", _)), None) => {
+            one_set(origin, &parquets)?;
+            open_parquet(&parquets, options)
+        }
+        (Some(_), None) => {
+            one_set(origin, &records)?;
+            Source::from_tfrecords_with(&records, options.tfrecord.clone())
+        }
+        (None, _) if files.len() == 1 => Source::from_list_file(&files[0]),
+        (None, _) => Err(Error::source(
+            origin,
+            format!(
+                "names {} files, none of them tar shards, parquet or TFRecord files (`{}`, …)",
+                files.len(),
+                files.first().map(name).unwrap_or_default()
+            ),
+        )),
+    }
 }
 
 /// A folder [`Source::open`] opens as parquet or TFRecord shards: `Ok(None)` if it holds
 /// neither. A folder holding two kinds of dataset (these, tar shards, class folders of
 /// images), or two sets of shards (`train-*-of-00004` and `test-*-of-00001`), is an error
 /// naming them: reading all would mix them without a word.
-pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
+pub(crate) fn open_dir(dir: &Path, options: &RemoteOptions) -> Result<Option<Source>, Error> {
     let mut parquet = parquet_files_in(dir)?;
     let tars = shards::tar_files_in(dir)?;
     if !parquet.is_empty() && beside_their_tars(&parquet, &tars) {
@@ -100,9 +172,9 @@ pub(crate) fn open_dir(dir: &Path) -> Result<Option<Source>, Error> {
     }
     one_set(dir, &files)?;
     Ok(Some(if kind == "parquet" {
-        Source::from_parquet(&files)?
+        open_parquet(&files, options)?
     } else {
-        Source::from_tfrecords(&files)?
+        Source::from_tfrecords_with(&files, options.tfrecord.clone())?
     }))
 }
 
@@ -171,9 +243,13 @@ pub(crate) fn one_set(dir: &Path, files: &[PathBuf]) -> Result<(), Error> {
             dir,
             format!(
                 "holds shards of more than one set (`{}` and `{}`: a split each, say): open one \
-                 set with Source::from_parquet or Source::from_tfrecords and its files, or keep a \
-                 folder per set",
-                names[0], names[k]
+                 split by its name (Source::open_split(\"{}\", \"{set}\"); `--split {set}` on \
+                 the command line), or by its name prefix (`{}-`)",
+                names[0],
+                names[k],
+                dir.display(),
+                dir.join(first.0).display(),
+                set = first.0,
             ),
         ));
     }

@@ -385,7 +385,8 @@ impl FileIndex {
                         pos: 0,
                     },
                 );
-                let Ok(mut lines) = super::format::list::lines::Lines::new(&self.origin, reader, 0, 0)
+                let Ok(mut lines) =
+                    super::format::list::lines::Lines::new(&self.origin, reader, 0, 0)
                 else {
                     return;
                 };

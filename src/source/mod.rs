@@ -20,6 +20,7 @@ mod containers;
 pub(crate) mod format;
 pub(crate) mod index;
 pub(crate) mod mix;
+mod pattern;
 pub(crate) mod storage;
 #[cfg(feature = "remote")]
 mod url;
@@ -429,8 +430,18 @@ impl Source {
     /// images), or shards of two sets (`train-*-of-00004` beside `test-*-of-00001`): reading
     /// all would drop some samples or labels, or mix splits, without a word.
     pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
+        Source::open_with(path, RemoteOptions::default())
+    }
+
+    /// [`Source::open`], with the options of the formats it may find: the parquet columns
+    /// ([`RemoteOptions::parquet`]: `--image-column`, `--label-column` on the command line),
+    /// the TFRecord keys ([`RemoteOptions::tfrecord`]) and, for a URL, the store's settings.
+    ///
+    /// # Errors
+    /// As [`Source::open`].
+    pub fn open_with(path: impl AsRef<Path>, options: RemoteOptions) -> Result<Source, Error> {
         let path = path.as_ref();
-        let mut source = Self::open_as_is(path)?;
+        let mut source = Self::open_as_is(path, &options)?;
         // Shards `imagefeed shards` wrote keep their source's class names beside them.
         if source.index.class_names.is_none() && source.kind() == SourceKind::TarShards {
             let folder = if path.is_dir() {
@@ -443,20 +454,41 @@ impl Source {
         Ok(source)
     }
 
-    fn open_as_is(path: &Path) -> Result<Source, Error> {
+    fn open_as_is(path: &Path, options: &RemoteOptions) -> Result<Source, Error> {
         if let Some(url) = path.to_str().filter(|s| shards::looks_like_url(s)) {
-            return Source::from_url(url);
+            return Source::from_url_with(url, options.clone());
         }
-        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            // `shards/train-{000..099}.tar`, `data/*.parquet`, or a name prefix (`data/train-`).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                if pattern::is_pattern(&name) {
+                    return containers::open_files(path, pattern::expand(path)?, options);
+                }
+                let files = pattern::with_prefix(path);
+                if files.is_empty() {
+                    return Err(Error::io(path, e));
+                }
+                return containers::open_files(path, files, options);
+            }
+            Err(e) => return Err(Error::io(path, e)),
+        };
         if meta.is_dir() {
             if let Some(manifest) = format::manifest::in_folder(path) {
                 return Source::from_manifest_file(&manifest);
             }
-            if let Some(source) = containers::open_dir(path)? {
+            if let Some(source) = containers::open_dir(path, options)? {
                 return Ok(source);
             }
             let shards = shards::tar_files_in(path)?;
             if shards.is_empty() {
+                // A dataset repository's root (the Hub's): its files are in `data/`.
+                let data = path.join("data");
+                if data.is_dir() && class_folder_with_images(path)?.is_none() {
+                    log::info!("{}: reading its data/ folder", path.display());
+                    return Source::open_as_is(&data, options);
+                }
                 return Source::from_dir(path);
             }
             // Shards beside class folders (the archive the folders came from, say): reading
@@ -479,11 +511,66 @@ impl Source {
             Source::from_manifest_file(path)
         } else if shards::is_tar_name(&path.to_string_lossy()) {
             Source::from_tar_shards([path])
-        } else if let Some(source) = containers::open_file(path) {
+        } else if let Some(source) = containers::open_file(path, options) {
             source
         } else {
             Source::from_list_file(path)
         }
+    }
+
+    /// Opens split `name` (`train`, `test`, `validation`…) of the dataset at `path`: the
+    /// folder `path/name` or `path/data/name`, else the files of `path` (or `path/data`, a
+    /// dataset repository's layout) whose names start with `name-`, `name_` or `name.`
+    /// (`train-00000-of-00004.parquet`). A URL opens its prefix `name-`.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), imagefeed::Error> {
+    /// // A Hub repository: data/train-0000{0..3}-of-00004.parquet, data/test-….parquet
+    /// let train = imagefeed::Source::open_split("cifar10", "train")?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Source`](crate::ErrorKind::Source) where no folder or file is of that
+    /// split, and as [`Source::open`].
+    pub fn open_split(path: impl AsRef<Path>, name: &str) -> Result<Source, Error> {
+        Source::open_split_with(path, name, RemoteOptions::default())
+    }
+
+    /// [`Source::open_split`], with [`Source::open_with`]'s options.
+    ///
+    /// # Errors
+    /// As [`Source::open_split`].
+    pub fn open_split_with(
+        path: impl AsRef<Path>,
+        name: &str,
+        options: RemoteOptions,
+    ) -> Result<Source, Error> {
+        let path = path.as_ref();
+        if let Some(url) = path.to_str().filter(|s| shards::looks_like_url(s)) {
+            return Source::open_with(format!("{}/{name}-", url.trim_end_matches('/')), options);
+        }
+        for base in [path.to_path_buf(), path.join("data")] {
+            if base.join(name).is_dir() {
+                return Source::open_with(base.join(name), options);
+            }
+            let files: Vec<PathBuf> = [format!("{name}-"), format!("{name}_"), format!("{name}.")]
+                .iter()
+                .flat_map(|prefix| pattern::with_prefix(&base.join(prefix)))
+                .collect();
+            if !files.is_empty() {
+                let mut files = files;
+                files.sort();
+                return containers::open_files(&base.join(name), files, &options);
+            }
+        }
+        Err(Error::source(
+            path,
+            format!(
+                "no split `{name}`: no folder `{name}` and no file named `{name}-…` here or in \
+                 its data/ folder"
+            ),
+        ))
     }
 
     /// The dataset a local manifest lists (see [`Source::write_manifest`]).

@@ -795,3 +795,94 @@ fn a_parquet_image_given_by_path_is_read_from_it() {
         "{why}"
     );
 }
+
+/// The layouts users have open from the library and the command line: a dataset repository's
+/// root (its files in `data/`, a split each), a split by name, a name prefix, brace ranges and
+/// wildcards as WebDataset users write them, and other parquet columns.
+#[test]
+fn repository_roots_splits_prefixes_and_patterns_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(repo.join("data")).unwrap();
+    std::fs::write(repo.join("README.md"), "# a dataset card\n").unwrap();
+    pq::write(
+        &repo.join("data/train-00000-of-00002.parquet"),
+        &[rows(3, 0)],
+        true,
+    );
+    pq::write(
+        &repo.join("data/train-00001-of-00002.parquet"),
+        &[rows(2, 3)],
+        true,
+    );
+    pq::write(
+        &repo.join("data/test-00000-of-00001.parquet"),
+        &[rows(4, 5)],
+        true,
+    );
+    // Two splits side by side: an error that says how to open one.
+    let e = Source::open(&repo).unwrap_err().to_string();
+    assert!(
+        e.contains("more than one set") && e.contains("--split") && e.contains("open_split"),
+        "{e}"
+    );
+    assert_eq!(Source::open_split(&repo, "train").unwrap().len(), 5);
+    assert_eq!(Source::open_split(&repo, "test").unwrap().len(), 4);
+    assert!(Source::open_split(&repo, "validation")
+        .unwrap_err()
+        .to_string()
+        .contains("no split `validation`"));
+    assert_eq!(Source::open(repo.join("data/train-")).unwrap().len(), 5);
+    assert_eq!(
+        Source::open(repo.join("data/test-*.parquet"))
+            .unwrap()
+            .len(),
+        4
+    );
+    // A repository root of one split opens through data/.
+    std::fs::remove_file(repo.join("data/test-00000-of-00001.parquet")).unwrap();
+    assert_eq!(Source::open(&repo).unwrap().len(), 5);
+
+    // Tar shards by brace range, wildcard and prefix.
+    let shards = dir.path().join("shards");
+    let all = Source::from_dir(testdata("classes")).unwrap();
+    imagefeed::write_shards(&all, &shards, 3, None).unwrap();
+    let range = Source::open(shards.join("shard-{000000..000001}.tar")).unwrap();
+    assert_eq!((range.kind(), range.len()), (SourceKind::TarShards, 6));
+    assert_eq!(Source::open(shards.join("*.tar")).unwrap().len(), all.len());
+    assert_eq!(
+        Source::open(shards.join("shard-00000")).unwrap().len(),
+        all.len()
+    );
+    let e = Source::open(shards.join("shard-{000000..000009}.tar"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("shard-000004.tar") && e.contains("not there"),
+        "{e}"
+    );
+    let e = Source::open(shards.join("nothing-")).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Io { .. }), "{e}");
+
+    // The command line: --split, and parquet columns named by option.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(crate::common::imagefeed_bin())
+            .arg("bench")
+            .args(args)
+            .args(["--batch-size", "2", "--size", "16", "16", "--json"])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let repo_arg = repo.to_str().unwrap();
+    let (ok, stdout, stderr) = run(&[repo_arg, "--split", "train"]);
+    assert!(ok && stdout.contains("\"images\":5"), "{stdout}{stderr}");
+    let (ok, _, stderr) = run(&[repo_arg, "--label-column", "fine_label"]);
+    assert!(!ok && stderr.contains("no column `fine_label`"), "{stderr}");
+    let (ok, _, stderr) = run(&[repo_arg, "--image-column", "img"]);
+    assert!(!ok && stderr.contains("no column `img`"), "{stderr}");
+}

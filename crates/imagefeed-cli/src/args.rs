@@ -8,10 +8,23 @@ use imagefeed::{Device, Dtype, JpegDecoder, ResizeFilter};
 #[derive(Parser, Clone)]
 pub(crate) struct BenchArgs {
     /// A file list (PATH<TAB>LABEL lines, or a TSV with a `path` header), a folder of class
-    /// folders, tar shards, parquet or TFRecord files, a manifest, or a URL (omitted with
-    /// --mix).
+    /// folders, tar shards, parquet or TFRecord files (a dataset repository's root with a
+    /// `data/` folder too), a manifest, a pattern (`shards/train-{000..099}.tar`,
+    /// `data/*.parquet`), a name prefix (`data/train-`), or a URL (omitted with --mix).
     #[arg(required_unless_present = "mix", conflicts_with = "mix")]
     pub(crate) source: Option<PathBuf>,
+    /// Open this split of the dataset: the folder SOURCE/NAME (or SOURCE/data/NAME), or the
+    /// files named `NAME-…` there (`train-00000-of-00004.parquet`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) split: Option<String>,
+    /// Parquet: the column holding the images (a struct with binary `bytes`, or binary)
+    /// [default: image].
+    #[arg(long, value_name = "COLUMN")]
+    pub(crate) image_column: Option<String>,
+    /// Parquet: the integer column holding the labels [default: `label` where there is one,
+    /// else every label is 0].
+    #[arg(long, value_name = "COLUMN")]
+    pub(crate) label_column: Option<String>,
     /// Mix sources in proportions: `--mix 3 web/ --mix 1 curated.txt` (repeatable); they are
     /// numbered from 0 in the order given, and --indices-out writes `SOURCE INDEX` lines.
     #[arg(long, num_args = 2, value_names = ["WEIGHT", "SOURCE"], action = clap::ArgAction::Append)]

@@ -156,6 +156,21 @@ pub(crate) fn sample_settings(
     builder
 }
 
+/// The source at `path`, with --split, --image-column and --label-column.
+pub(crate) fn open_path(path: &std::path::Path, a: &BenchArgs) -> Result<Source, AnyError> {
+    let mut options = imagefeed::RemoteOptions::default();
+    if let Some(column) = &a.image_column {
+        options.parquet.image_column = column.clone();
+    }
+    if a.label_column.is_some() {
+        options.parquet.label_column = a.label_column.clone();
+    }
+    Ok(match &a.split {
+        Some(split) => Source::open_split_with(path, split, options)?,
+        None => Source::open_with(path, options)?,
+    })
+}
+
 /// The source a bench runs over: the one named, or the mixture of --mix.
 pub(crate) fn open_source(a: &BenchArgs) -> Result<Source, AnyError> {
     use crate::args::{ExhaustedArg, MixEndArg, MixLabelsArg};
@@ -164,7 +179,7 @@ pub(crate) fn open_source(a: &BenchArgs) -> Result<Source, AnyError> {
             .source
             .as_ref()
             .ok_or("name a source (or --mix WEIGHT SOURCE)")?;
-        return Ok(Source::open(path)?);
+        return open_path(path, a);
     }
     let mut mix = imagefeed::Mix::new()
         .ends_with(match a.mix_end {
@@ -183,7 +198,7 @@ pub(crate) fn open_source(a: &BenchArgs) -> Result<Source, AnyError> {
         let weight: f64 = pair[0]
             .parse()
             .map_err(|_| format!("--mix {} {}: the weight is not a number", pair[0], pair[1]))?;
-        mix = mix.source(Source::open(&pair[1])?, weight);
+        mix = mix.source(open_path(std::path::Path::new(&pair[1]), a)?, weight);
     }
     if let Some(n) = a.epoch_size {
         mix = mix.epoch_size(n);

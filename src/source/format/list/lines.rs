@@ -109,19 +109,7 @@ impl Header {
                 .map_err(|reason| Error::list(list, at, reason))?,
             None => 0,
         };
-        if path.contains(&0) {
-            return Err(Error::list(list, at, "the path contains a NUL byte"));
-        }
-        if path.len() > MAX_PATH_BYTES {
-            return Err(Error::list(
-                list,
-                at,
-                format!(
-                    "the path is {} bytes long, over the {MAX_PATH_BYTES}-byte limit of paths",
-                    path.len()
-                ),
-            ));
-        }
+        check_path(list, at, path)?;
         Ok((path, label))
     }
 }
@@ -313,6 +301,12 @@ fn check_line<'a>(list: &Path, at: usize, line: &'a [u8]) -> Result<(&'a [u8], u
             ));
         }
     }
+    check_path(list, at, path)?;
+    Ok((path, label))
+}
+
+/// A listed path holds no NUL byte and is at most [`MAX_PATH_BYTES`] long.
+fn check_path(list: &Path, at: usize, path: &[u8]) -> Result<(), Error> {
     if path.contains(&0) {
         return Err(Error::list(list, at, "the path contains a NUL byte"));
     }
@@ -327,7 +321,7 @@ fn check_line<'a>(list: &Path, at: usize, line: &'a [u8]) -> Result<(&'a [u8], u
             ),
         ));
     }
-    Ok((path, label))
+    Ok(())
 }
 
 /// Skips the rest of a line; returns how many bytes it held (not counting its newline).
