@@ -379,7 +379,9 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         let mut field_sizes = crate::fields::Sizes::new(&a.fields);
         let mut device_wait = std::time::Duration::ZERO;
         while let Some(batch) = batches.next() {
-            let batch = batch?;
+            let batch = batch.inspect_err(|_| {
+                crate::EPOCH_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+            })?;
             // A GPU batch counts once it is in device memory.
             device_wait += imagefeed::tools::gpu::wait_ready(&batch)?;
             if let Some(out) = indices_out.as_mut() {

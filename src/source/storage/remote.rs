@@ -181,9 +181,12 @@ impl Store {
                 ),
             );
         }
+        // The client's message repeats each layer of its error chain, an XML body in each:
+        // once, in short, and without the chain, so it is printed once.
+        let text = concise(&e);
         match kind {
-            std::io::ErrorKind::Other => Error::remote(url, std::io::Error::new(kind, e)),
-            _ => Error::io(url, std::io::Error::new(kind, e)),
+            std::io::ErrorKind::Other => Error::remote(url, std::io::Error::new(kind, text)),
+            _ => Error::io(url, std::io::Error::new(kind, text)),
         }
     }
 
@@ -500,6 +503,43 @@ impl Reader for ObjectReader {
     }
 }
 
+/// An object store's error in one line: the outer error's kind (`Generic S3 error`) and the
+/// innermost cause, whose XML body (`<Code>NoSuchBucket</Code><Message>…`) is cut to its code and
+/// message.
+fn concise(e: &object_store::Error) -> String {
+    let outer = e.to_string();
+    let kind = outer
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let mut inner: &dyn std::error::Error = e;
+    while let Some(next) = inner.source() {
+        inner = next;
+    }
+    let mut cause = inner.to_string();
+    if let Some(at) = cause.find("<?xml").or_else(|| cause.find("<Error>")) {
+        let tag = |t: &str| {
+            let open = format!("<{t}>");
+            let start = cause.find(&open)? + open.len();
+            let len = cause[start..].find(&format!("</{t}>"))?;
+            Some(cause[start..start + len].to_string())
+        };
+        let body = match (tag("Code"), tag("Message")) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            (Some(code), None) => code,
+            _ => String::from("(an XML error body)"),
+        };
+        cause = format!("{}{body}", &cause[..at]);
+    }
+    if kind.is_empty() || cause.starts_with(&kind) {
+        cause
+    } else {
+        format!("{kind}: {cause}")
+    }
+}
+
 /// An S3 endpoint over plain HTTP (a local MinIO or moto) without `AWS_ALLOW_HTTP=true`: the
 /// client would refuse every request ("builder error", retried to no end) without naming the
 /// variable, so it is named here, once, before any request.
@@ -522,6 +562,20 @@ fn check_plain_http(var: impl Fn(&str) -> Option<String>) -> Result<(), String> 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_store_error_is_one_short_line() {
+        let body = "Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>";
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(std::io::Error::other(body)),
+        };
+        let text = super::concise(&e);
+        assert_eq!(
+            text,
+            "Generic S3 error: Server returned non-2xx status code: 404 Not Found: NoSuchBucket: The specified bucket does not exist"
+        );
+    }
+
     #[test]
     fn a_plain_http_endpoint_needs_allow_http_and_says_so() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
