@@ -466,7 +466,13 @@ impl Source {
                 if pattern::is_pattern(&name) {
                     return containers::open_files(path, pattern::expand(path)?, options);
                 }
-                let files = pattern::with_prefix(path);
+                // A prefix ends where a name goes on (`train-`, `train_`): a plain name that
+                // is missing stays an error, never another file that starts like it.
+                let files = if name.ends_with(['-', '_']) {
+                    pattern::with_prefix(path)
+                } else {
+                    Vec::new()
+                };
                 if files.is_empty() {
                     return Err(Error::io(path, e));
                 }
