@@ -850,7 +850,10 @@ fn repository_roots_splits_prefixes_and_patterns_open() {
     let range = Source::open(shards.join("shard-{000000..000001}.tar")).unwrap();
     assert_eq!((range.kind(), range.len()), (SourceKind::TarShards, 6));
     assert_eq!(Source::open(shards.join("*.tar")).unwrap().len(), all.len());
-    assert_eq!(Source::open(shards.join("shard-")).unwrap().len(), all.len());
+    assert_eq!(
+        Source::open(shards.join("shard-")).unwrap().len(),
+        all.len()
+    );
     // A missing name is an error, never the files that start like it.
     let e = Source::open(shards.join("shard-00000")).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Io { .. }), "{e}");
