@@ -193,7 +193,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .find(|(i, a)| !a.starts_with("--") && (*i == 0 || !args[i - 1].starts_with("--")))
     {
         Some((_, p)) => p.into(),
-        None => captioned_corpus(tmp.path(), if smoke { 200 } else { 2000 })?,
+        None => captioned_corpus(tmp.path(), if smoke { 96 } else { 2000 })?,
     };
     // A tenth held out: a share of every class, or whole shards.
     let (train, held_out) = Source::open(&dataset)?.split(0.1, 7)?;
