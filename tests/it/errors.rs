@@ -1924,3 +1924,45 @@ fn a_missing_listed_file_names_its_list_line() {
         assert!(e.to_string().ends_with(&want), "{e} / {want}");
     }
 }
+
+/// The command line's advice can be followed there: a bad file in an epoch gets the hint of
+/// `--on-error skip` (a source that cannot be opened does not), and the memory-limit error
+/// names flags, with values, not the library's setting names.
+#[test]
+fn the_command_lines_advice_names_its_own_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("a");
+    std::fs::create_dir(&class).unwrap();
+    std::fs::copy(
+        common::testdata("classes/cat/cat_0.jpg"),
+        class.join("good.jpg"),
+    )
+    .unwrap();
+    std::fs::write(class.join("bad.jpg"), b"not a jpeg").unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::imagefeed_bin())
+            .arg("bench")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let root = dir.path().to_str().unwrap();
+    let e = run(&[root, "--batch-size", "1", "--no-shuffle"]);
+    assert!(
+        e.contains("bad.jpg") && e.contains("hint: --on-error skip"),
+        "{e}"
+    );
+    let e = run(&[dir.path().join("missing").to_str().unwrap()]);
+    assert!(!e.contains("--on-error skip"), "{e}");
+    let e = run(&[root, "--host-memory-limit", "100M"]);
+    assert!(
+        e.contains("`--host-memory-limit`") && e.contains("`--batch-size` "),
+        "{e}"
+    );
+    assert!(
+        !e.contains("`max_pixels`") && !e.contains("`batch_size`"),
+        "{e}"
+    );
+}

@@ -278,7 +278,10 @@ fn main() -> ExitCode {
                 message = with_flag_names(&message);
             }
             eprintln!("imagefeed: error: {message}");
-            if lib.is_some_and(|e| e.is_data_error()) && on_error_is_fail && in_epoch(&message) {
+            if lib.is_some_and(|e| e.is_data_error())
+                && on_error_is_fail
+                && EPOCH_FAILED.load(std::sync::atomic::Ordering::Relaxed)
+            {
                 eprintln!(
                     "imagefeed: hint: --on-error skip goes on past files that cannot be read or \
                      decoded (logging each; --max-skipped caps how many)"
@@ -291,13 +294,8 @@ fn main() -> ExitCode {
 
 pub(crate) type AnyError = Box<dyn std::error::Error>;
 
-/// Whether an error ended an epoch (bench marks it so) rather than the opening of the source,
-/// where skipping would not help.
-fn in_epoch(message: &str) -> bool {
-    EPOCH_FAILED.load(std::sync::atomic::Ordering::Relaxed) && !message.is_empty()
-}
-
-/// Set once an epoch has started: a data error after it is one sample's.
+/// Set by bench when an epoch yields an error: a data error there is one sample's, which
+/// `--on-error skip` would skip (an error opening the source is not).
 pub(crate) static EPOCH_FAILED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
