@@ -301,7 +301,7 @@ impl Decoder {
         let started = Instant::now();
         // Stat before opening: opening a FIFO would block until a writer appears, and a
         // device could be read forever.
-        crate::source::regular_file(path)?;
+        crate::source::storage::regular_file(path)?;
         let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let meta = file.metadata().map_err(|e| Error::io(path, e))?;
         let limit = self.settings.max_file_bytes();

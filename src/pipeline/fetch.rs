@@ -19,8 +19,8 @@ use super::Epoch;
 use crate::cache::EpochCache;
 use crate::error::Error;
 #[cfg(feature = "remote")]
-use crate::source::format::Reader;
-use crate::source::format::{Sample, Step};
+use crate::source::format::read::Reader;
+use crate::source::format::read::{Sample, Step};
 
 /// One sample's bytes on their way to a decode thread.
 pub(crate) struct Fetched {

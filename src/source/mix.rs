@@ -32,7 +32,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::format::{Reader, Sample, Step};
+use super::format::read::{Reader, Sample, Step};
 use super::{Backing, FileIndex, Source, SourceKind};
 use crate::error::Error;
 use crate::fields::FieldSpecs;

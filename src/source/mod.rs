@@ -19,16 +19,15 @@
 mod containers;
 pub(crate) mod format;
 pub(crate) mod index;
+pub(crate) mod kind;
 pub(crate) mod mix;
+mod options;
 mod pattern;
 pub(crate) mod storage;
 #[cfg(feature = "remote")]
 mod url;
 
 use std::path::{Path, PathBuf};
-#[cfg(feature = "remote")]
-use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::Error;
 use format::dir::class_folder_with_images;
@@ -39,7 +38,11 @@ pub use format::tfrecord::TfRecordOptions;
 pub(crate) use format::Backing;
 use format::{dir as walk, tar as shards};
 pub(crate) use index::{check_count, os_to_bytes, FileIndex};
+pub use kind::SourceKind;
 pub use mix::{Exhausted, Mix, MixEnd, MixLabels};
+pub use options::RemoteOptions;
+#[cfg(feature = "remote")]
+pub(crate) use storage::remote::{join_key, ObjectIndex};
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
 /// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
@@ -56,137 +59,6 @@ pub use mix::{Exhausted, Mix, MixEnd, MixLabels};
 pub struct Source {
     pub(crate) index: FileIndex,
     pub(crate) backing: Backing,
-}
-
-/// How a source's samples are stored, as [`Source::kind`] reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SourceKind {
-    /// One local file a sample (a file list, a folder of class folders, entries).
-    Files,
-    /// One object a sample in object storage (`s3://bucket/prefix` of images or a list there).
-    Objects,
-    /// Samples packed in tar shards (WebDataset layout), local or in object storage, each shard
-    /// read as one sequential stream.
-    TarShards,
-    /// `tf.train.Example` records in TFRecord shards, each shard read as one stream.
-    TfRecord,
-    /// Rows of parquet files (the Hugging Face `datasets` layout), each row group read as one
-    /// stream.
-    Parquet,
-    /// A mixture of sources in set proportions ([`Mix`]).
-    Mixture,
-}
-
-/// Objects of a store, one a sample.
-#[cfg(feature = "remote")]
-#[derive(Debug)]
-pub(crate) struct ObjectIndex {
-    pub(crate) store: Arc<crate::source::storage::remote::Store>,
-    /// The key prefix the index's paths are relative to (`""` for the bucket root).
-    pub(crate) prefix: String,
-    /// Size and modification time of each sample's object, from the listing (for the cache
-    /// fingerprint). `(0, 0)` for objects named by a list file (not listed): the fingerprint
-    /// then asks the store (one HEAD request each, only for a loader with a cache).
-    pub(crate) stamps: Vec<(u64, i64)>,
-}
-
-#[cfg(feature = "remote")]
-impl ObjectIndex {
-    pub(crate) fn key(&self, index: &FileIndex, i: usize) -> String {
-        let rel = String::from_utf8_lossy(&index.raw_path_of(i)).into_owned();
-        join_key(&self.prefix, &rel)
-    }
-}
-
-#[cfg(feature = "remote")]
-pub(crate) fn join_key(prefix: &str, rel: &str) -> String {
-    if prefix.is_empty() {
-        rel.to_string()
-    } else {
-        format!("{prefix}/{rel}")
-    }
-}
-
-/// Limits and retries for sources in object storage (see [`Source::from_url_with`]).
-///
-/// ```
-/// use std::time::Duration;
-/// let options = imagefeed::RemoteOptions::default()
-///     .max_requests(32)
-///     .max_bytes_in_flight(128 << 20)
-///     .retry_timeout(Duration::from_secs(60));
-/// assert_eq!(options.max_requests, 32);
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct RemoteOptions {
-    /// The most requests in flight at once (default 16).
-    pub max_requests: usize,
-    /// The most fetched bytes held at once, fetched and waiting to be decoded (default 64 MiB;
-    /// one sample larger than this is still fetched, alone).
-    pub max_bytes_in_flight: u64,
-    /// How many times a request failing with a transient error (a 5xx answer, throttling, a
-    /// dropped connection) is retried, with exponential backoff (default 5).
-    pub retries: usize,
-    /// No retry starts later than this after a request's first try (default 30 s): a store
-    /// that stops answering ends the epoch with an error instead of a hang.
-    pub retry_timeout: Duration,
-    /// The columns of parquet files under the URL (default: the `datasets` layout).
-    #[cfg(feature = "parquet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
-    pub parquet: ParquetOptions,
-    /// The feature keys of TFRecord shards under the URL (default: the ImageNet script's).
-    pub tfrecord: TfRecordOptions,
-}
-
-impl Default for RemoteOptions {
-    fn default() -> Self {
-        RemoteOptions {
-            max_requests: 16,
-            max_bytes_in_flight: 64 << 20,
-            retries: 5,
-            retry_timeout: Duration::from_secs(30),
-            #[cfg(feature = "parquet")]
-            parquet: ParquetOptions::default(),
-            tfrecord: TfRecordOptions::default(),
-        }
-    }
-}
-
-impl RemoteOptions {
-    /// Sets [`RemoteOptions::max_requests`] (at least 1).
-    pub fn max_requests(mut self, n: usize) -> Self {
-        self.max_requests = n.max(1);
-        self
-    }
-    /// Sets [`RemoteOptions::max_bytes_in_flight`].
-    pub fn max_bytes_in_flight(mut self, bytes: u64) -> Self {
-        self.max_bytes_in_flight = bytes;
-        self
-    }
-    /// Sets [`RemoteOptions::retries`].
-    pub fn retries(mut self, n: usize) -> Self {
-        self.retries = n;
-        self
-    }
-    /// Sets [`RemoteOptions::retry_timeout`].
-    pub fn retry_timeout(mut self, t: Duration) -> Self {
-        self.retry_timeout = t;
-        self
-    }
-    /// Sets [`RemoteOptions::parquet`].
-    #[cfg(feature = "parquet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
-    pub fn parquet(mut self, options: ParquetOptions) -> Self {
-        self.parquet = options;
-        self
-    }
-    /// Sets [`RemoteOptions::tfrecord`].
-    pub fn tfrecord(mut self, options: TfRecordOptions) -> Self {
-        self.tfrecord = options;
-        self
-    }
 }
 
 impl Source {
@@ -219,7 +91,7 @@ impl Source {
     /// [`ErrorKind::Source`](crate::ErrorKind::Source) for a list with no entries.
     pub fn from_list_file(path: impl AsRef<Path>) -> Result<Source, Error> {
         let path = path.as_ref();
-        regular_file(path)?;
+        storage::regular_file(path)?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         // Read a line at a time, and kept as where every 64th entry starts: the list is never
         // held whole.
@@ -856,7 +728,7 @@ impl Source {
         &self,
         i: usize,
         limit: u64,
-    ) -> Result<(format::Sample, PathBuf), Error> {
+    ) -> Result<(format::read::Sample, PathBuf), Error> {
         self.read_sample_with(i, limit, &crate::fields::FieldSpecs::default())
     }
 
@@ -866,7 +738,7 @@ impl Source {
         i: usize,
         limit: u64,
         fields: &crate::fields::FieldSpecs,
-    ) -> Result<(format::Sample, PathBuf), Error> {
+    ) -> Result<(format::read::Sample, PathBuf), Error> {
         let mut name = PathBuf::new();
         let sample = self
             .backing
@@ -1030,22 +902,6 @@ impl Source {
     pub fn heap_bytes(&self) -> u64 {
         self.index.heap_bytes() + self.backing.heap_bytes()
     }
-}
-
-/// Refuses a path that is not a regular file before it is opened: opening a FIFO blocks
-/// until a writer comes, and a device such as `/dev/zero` never ends. The one check for
-/// lists, sample files and cached-epoch rereads.
-pub(crate) fn regular_file(path: &Path) -> Result<(), Error> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if meta.is_file() {
-        return Ok(());
-    }
-    let what = if meta.is_dir() {
-        "is a directory, not a file"
-    } else {
-        "is not a regular file (a device, FIFO or socket)"
-    };
-    Err(Error::io(path, std::io::Error::other(what)))
 }
 
 /// SplitMix64's finalizer: a well-mixed 64-bit hash of `x`.

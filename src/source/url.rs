@@ -24,8 +24,11 @@ pub(crate) fn open_remote(
 
     use crate::source::storage::remote::Store;
 
-    let (store, key) = Store::connect(url, options)?;
-    let store = Arc::new(store);
+    let (store, key) = Store::connect(url, options.limits())?;
+    let store = Remote {
+        store: Arc::new(store),
+        options,
+    };
     if let Some(source) = open_manifest(&store, &key)? {
         return Ok(source);
     }
@@ -36,8 +39,23 @@ pub(crate) fn open_remote(
     open_listed(&store, url, key, &listed)
 }
 
+/// The store a URL names, and the options it was opened with (the formats' among them).
 #[cfg(feature = "remote")]
-type StoreRef = std::sync::Arc<crate::source::storage::remote::Store>;
+struct Remote {
+    store: std::sync::Arc<crate::source::storage::remote::Store>,
+    options: crate::source::RemoteOptions,
+}
+
+#[cfg(feature = "remote")]
+impl std::ops::Deref for Remote {
+    type Target = std::sync::Arc<crate::source::storage::remote::Store>;
+    fn deref(&self) -> &Self::Target {
+        &self.store
+    }
+}
+
+#[cfg(feature = "remote")]
+type StoreRef = Remote;
 
 /// Tar shards in object storage, as one source.
 #[cfg(feature = "remote")]
@@ -52,7 +70,7 @@ fn remote_shards(
         PathBuf::from(url),
         PathBuf::from(store.url_of(base)),
         None,
-        store.options.max_bytes_in_flight,
+        store.limits.max_bytes_in_flight,
     )
 }
 
@@ -75,12 +93,12 @@ fn open_manifest(store: &StoreRef, key: &str) -> Result<Option<Source>, Error> {
                 let text = String::from_utf8_lossy(&bytes);
                 let parsed = Manifest::parse(&text, &url_of)?;
                 let prefix = parent_key(&manifest_key);
-                let options = store.options.clone();
+                let options = &store.options;
                 return manifest::open(
                     parsed,
                     &url_of,
                     manifest::Base::Remote {
-                        store,
+                        store: &store.store,
                         prefix: &prefix,
                     },
                     &options.tfrecord,
@@ -131,7 +149,7 @@ fn open_named_object(store: &StoreRef, url: &str, key: &str) -> Result<Option<So
         return Ok(Some(Source {
             index,
             backing: Backing::Objects(Arc::new(ObjectIndex {
-                store: store.clone(),
+                store: store.store.clone(),
                 prefix: parent,
                 stamps,
             })),
@@ -329,12 +347,12 @@ fn open_images(
             stamps.push((o.size, o.mtime));
         }
     }
-    crate::source::check_count(&index)?;
+    crate::source::index::check_count(&index)?;
     index.shrink();
     Ok(Source {
         index,
         backing: Backing::Objects(Arc::new(ObjectIndex {
-            store: store.clone(),
+            store: store.store.clone(),
             prefix: key,
             stamps,
         })),
@@ -412,7 +430,7 @@ fn tfrecord_objects<'a>(
 /// Indexes parquet files or TFRecord shards in object storage, with the store's options.
 #[cfg(feature = "remote")]
 fn open_containers(
-    store: &std::sync::Arc<crate::source::storage::remote::Store>,
+    store: &StoreRef,
     kind: Container,
     files: Vec<Located>,
     origin: PathBuf,

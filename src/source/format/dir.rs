@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::list::shown;
 use crate::error::Error;
 use crate::source::index::bytes_to_os;
-use crate::source::{check_count, os_to_bytes, FileIndex};
+use crate::source::index::{check_count, os_to_bytes, FileIndex};
 
 /// The index of a folder with one sub-folder per class (the walk of [`Source::from_dir`](crate::Source::from_dir)):
 /// sorted class names give the labels, and the images below each class folder, sorted by

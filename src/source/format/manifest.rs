@@ -25,7 +25,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
-use crate::SourceKind;
+use crate::source::kind::SourceKind;
 
 /// The manifest's name in a dataset's folder or prefix.
 pub(crate) const MANIFEST_NAME: &str = "imagefeed-manifest.tsv";
@@ -278,7 +278,7 @@ pub(crate) fn open(
         image_bytes: l.image_bytes,
     };
     match manifest.kind {
-        crate::SourceKind::TfRecord => {
+        crate::source::kind::SourceKind::TfRecord => {
             let counted = files
                 .iter()
                 .map(|(_, lines)| {
@@ -290,7 +290,7 @@ pub(crate) fn open(
             super::tfrecord::index_files(files, origin, base_path, tfrecord, Some(counted))
         }
         #[cfg(feature = "parquet")]
-        crate::SourceKind::Parquet => {
+        crate::source::kind::SourceKind::Parquet => {
             let tallies = files
                 .iter()
                 .map(|(_, lines)| {
@@ -304,7 +304,7 @@ pub(crate) fn open(
             super::parquet::index_files_with(files, origin, base_path, parquet, Some(tallies))
         }
         #[cfg(not(feature = "parquet"))]
-        crate::SourceKind::Parquet => Err(Error::feature_disabled("parquet")),
+        crate::source::kind::SourceKind::Parquet => Err(Error::feature_disabled("parquet")),
         _ => {
             let counted = files
                 .iter()
@@ -315,7 +315,7 @@ pub(crate) fn open(
             let max_bytes = match &base {
                 Base::Local(_) => super::tar::TAR_BYTES_IN_FLIGHT,
                 #[cfg(feature = "remote")]
-                Base::Remote { store, .. } => store.options.max_bytes_in_flight,
+                Base::Remote { store, .. } => store.limits.max_bytes_in_flight,
             };
             let files = files.into_iter().map(|(f, _)| f).collect();
             super::tar::open_shards(files, origin, base_path, Some(counted), max_bytes)

@@ -3,7 +3,7 @@
 //! (`parquet/`) — and [`Backing`], the one place that chooses among them.
 //!
 //! A format that is not one local file a sample gives the pipeline's fetch loop
-//! (`pipeline/fetch.rs`) a [`Reader`]: how many bytes to reserve for a sample, and the
+//! (`pipeline/fetch.rs`) a [`Reader`] (`read.rs`): how many bytes to reserve for a sample, and the
 //! sample's bytes and label. The loop owns the claiming, the byte budget and the channel to
 //! the decoders; a reader owns only what stays open between samples (files, the sample tables
 //! of the shards being read). Adding a format is a folder here and an arm in each method of
@@ -14,6 +14,7 @@ pub(crate) mod list;
 pub(crate) mod manifest;
 #[cfg(feature = "parquet")]
 pub(crate) mod parquet;
+pub(crate) mod read;
 pub(crate) mod tar;
 pub(crate) mod tfrecord;
 pub(crate) mod units;
@@ -23,58 +24,18 @@ use std::sync::Arc;
 
 #[cfg(feature = "parquet")]
 use parquet::ParquetIndex;
+use read::{Reader, Sample, Step};
 use tar::TarSet;
 use tfrecord::TfRecordSet;
 use units::Units;
 
 use crate::error::Error;
 use crate::fields::FieldSpecs;
+use crate::source::index::FileIndex;
+use crate::source::kind::SourceKind;
+use crate::source::storage::regular_file;
 #[cfg(feature = "remote")]
 use crate::source::ObjectIndex;
-use crate::source::{regular_file, FileIndex, SourceKind};
-
-/// One sample read by a [`Reader`]: its encoded bytes, its label and its name in messages.
-#[derive(Debug)]
-pub(crate) struct Sample {
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) label: u32,
-    /// The loader's fields, in its order (empty when it asks for none).
-    pub(crate) fields: crate::fields::SampleFields,
-}
-
-/// What a [`Reader`] made of one sample: read now, or a request to await beside others.
-pub(crate) enum Step {
-    Done(Result<Sample, Error>),
-    #[cfg(feature = "remote")]
-    Pending(futures_util::future::BoxFuture<'static, Result<Sample, Error>>),
-}
-
-/// A sample's other members: each one's extension and bytes.
-pub(crate) type Members = Vec<(Box<str>, Vec<u8>)>;
-
-/// A format's reader for one epoch's fetch loop, or for one random read.
-pub(crate) trait Reader: Send {
-    /// Bytes to reserve in the fetch budget before reading sample `i`: its size where the
-    /// format knows it, else a typical size (the budget is corrected once it is read).
-    fn reserve(&mut self, i: u32) -> u64;
-
-    /// Reads sample `i` into a [`Sample`] (its name written into `name`, for messages),
-    /// refusing one of more than `limit` bytes.
-    fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step;
-
-    /// Sample `i`'s members besides its image and label (a tar shard's `KEY.txt`, `KEY.json`,
-    /// …): extension and bytes, for re-sharding. None for other formats.
-    fn other_members(&mut self, i: u32) -> Result<Members, Error> {
-        let _ = i;
-        Ok(Vec::new())
-    }
-
-    /// The store whose runtime drives pending reads, and the most requests in flight.
-    #[cfg(feature = "remote")]
-    fn store(&self) -> Option<(Arc<crate::source::storage::remote::Store>, usize)> {
-        None
-    }
-}
 
 /// Where the bytes of a source's samples are, and how they are laid out.
 #[derive(Debug, Clone)]
@@ -322,7 +283,7 @@ impl Backing {
             #[cfg(feature = "parquet")]
             Backing::Parquet(p) => Some(p.byte_bound()),
             #[cfg(feature = "remote")]
-            Backing::Objects(o) => Some(o.store.options.max_bytes_in_flight),
+            Backing::Objects(o) => Some(o.store.limits.max_bytes_in_flight),
             Backing::Mix(m) => Some(m.byte_bound()),
         }
     }

@@ -92,7 +92,7 @@ impl Units {
     /// The manifest that lists these units (files relative to `base`, a folder or URL).
     pub(crate) fn manifest(
         &self,
-        kind: crate::SourceKind,
+        kind: crate::source::kind::SourceKind,
         base: &Path,
     ) -> super::manifest::Manifest {
         let lines = self

@@ -181,3 +181,19 @@ pub(crate) fn unnamed_temp_file() -> std::io::Result<std::fs::File> {
     }
     Err(std::io::Error::other("no free temporary file name"))
 }
+
+/// Refuses a path that is not a regular file before it is opened: opening a FIFO blocks
+/// until a writer comes, and a device such as `/dev/zero` never ends. The one check for
+/// lists, sample files and cached-epoch rereads.
+pub(crate) fn regular_file(path: &Path) -> Result<(), Error> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "is a directory, not a file"
+    } else {
+        "is not a regular file (a device, FIFO or socket)"
+    };
+    Err(Error::io(path, std::io::Error::other(what)))
+}

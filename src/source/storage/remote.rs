@@ -20,8 +20,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, GetOptions, GetRange, ObjectStore, RetryConfig};
 
 use crate::error::Error;
-use crate::source::format::{Reader, Sample, Step};
-use crate::source::{ObjectIndex, RemoteOptions};
+use crate::source::format::read::{Reader, Sample, Step};
 
 /// A connected object store and the prefix a source lives under.
 pub(crate) struct Store {
@@ -30,12 +29,53 @@ pub(crate) struct Store {
     /// The URL up to the prefix, without a trailing slash (`s3://bucket/data`): names objects
     /// in messages.
     pub(crate) url: String,
-    pub(crate) options: RemoteOptions,
+    pub(crate) limits: Limits,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("url", &self.url).finish()
+    }
+}
+
+/// A store's limits and retries (the store's part of
+/// [`RemoteOptions`](crate::RemoteOptions)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The most requests in flight at once (at least 1).
+    pub(crate) max_requests: usize,
+    /// The most fetched bytes held at once.
+    pub(crate) max_bytes_in_flight: u64,
+    /// Retries of a request failing with a transient error.
+    pub(crate) retries: usize,
+    /// No retry starts later than this after a request's first try.
+    pub(crate) retry_timeout: Duration,
+}
+
+/// Objects of a store, one a sample.
+#[derive(Debug)]
+pub(crate) struct ObjectIndex {
+    pub(crate) store: Arc<Store>,
+    /// The key prefix the index's paths are relative to (`""` for the bucket root).
+    pub(crate) prefix: String,
+    /// Size and modification time of each sample's object, from the listing (for the cache
+    /// fingerprint). `(0, 0)` for objects named by a list file (not listed): the fingerprint
+    /// then asks the store (one HEAD request each, only for a loader with a cache).
+    pub(crate) stamps: Vec<(u64, i64)>,
+}
+
+impl ObjectIndex {
+    pub(crate) fn key(&self, index: &crate::source::index::FileIndex, i: usize) -> String {
+        let rel = String::from_utf8_lossy(&index.raw_path_of(i)).into_owned();
+        join_key(&self.prefix, &rel)
+    }
+}
+
+pub(crate) fn join_key(prefix: &str, rel: &str) -> String {
+    if prefix.is_empty() {
+        rel.to_string()
+    } else {
+        format!("{prefix}/{rel}")
     }
 }
 
@@ -67,7 +107,7 @@ fn split_url(url: &str) -> Option<(&str, &str)> {
 impl Store {
     /// Connects to the store holding `url` (for `s3://bucket/prefix`: the bucket); returns it
     /// and the key `url` names (`prefix`).
-    pub(crate) fn connect(url: &str, options: RemoteOptions) -> Result<(Store, String), Error> {
+    pub(crate) fn connect(url: &str, limits: Limits) -> Result<(Store, String), Error> {
         let bad = |why: String| Error::source(url, why);
         let (root, key) = split_url(url).ok_or_else(|| bad("not a URL".into()))?;
         let scheme = root.split("://").next().unwrap_or_default();
@@ -77,8 +117,8 @@ impl Store {
                 max_backoff: Duration::from_secs(5),
                 base: 2.0,
             },
-            max_retries: options.retries,
-            retry_timeout: options.retry_timeout,
+            max_retries: limits.retries,
+            retry_timeout: limits.retry_timeout,
         };
         if matches!(scheme, "s3" | "s3a") {
             check_plain_http(|name| std::env::var(name).ok()).map_err(bad)?;
@@ -128,7 +168,7 @@ impl Store {
             store,
             rt,
             url: root.to_string(),
-            options,
+            limits,
         };
         Ok((store, key.to_string()))
     }
@@ -456,12 +496,15 @@ impl Read for Windows {
 /// The reader of a source of objects: one request a sample, awaited beside the others.
 pub(crate) struct ObjectReader {
     objects: Arc<ObjectIndex>,
-    index: crate::source::FileIndex,
+    index: crate::source::index::FileIndex,
 }
 
 impl ObjectIndex {
     /// A reader over `index`'s objects.
-    pub(crate) fn reader(self: &Arc<Self>, index: &crate::source::FileIndex) -> ObjectReader {
+    pub(crate) fn reader(
+        self: &Arc<Self>,
+        index: &crate::source::index::FileIndex,
+    ) -> ObjectReader {
         ObjectReader {
             objects: self.clone(),
             index: index.clone(),
@@ -498,7 +541,7 @@ impl Reader for ObjectReader {
     fn store(&self) -> Option<(Arc<Store>, usize)> {
         Some((
             self.objects.store.clone(),
-            self.objects.store.options.max_requests,
+            self.objects.store.limits.max_requests,
         ))
     }
 }
@@ -615,7 +658,8 @@ mod tests {
 
     #[test]
     fn unsupported_scheme_is_a_clear_error() {
-        let e = Store::connect("ftp://host/x", RemoteOptions::default()).unwrap_err();
+        let e =
+            Store::connect("ftp://host/x", crate::RemoteOptions::default().limits()).unwrap_err();
         assert!(e.to_string().contains("unsupported scheme `ftp://`"), "{e}");
     }
 }

@@ -9,7 +9,7 @@ pub(crate) use lines::{compression_of, parse_label, shown, Lines};
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
-use crate::source::{os_to_bytes, FileIndex};
+use crate::source::index::{os_to_bytes, FileIndex};
 
 /// Parses a list file's bytes (pure core of [`Source::from_list_file`](crate::Source::from_list_file)).
 #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))] // used by `tools`

@@ -503,7 +503,7 @@ fn check_codec(c: Compression, name: &str, what: &str) -> Result<(), Error> {
 /// image's length or why it is a bad sample.
 #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))]
 pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<usize, Error>>, Error> {
-    use crate::source::format::{Reader, Step};
+    use crate::source::format::read::{Reader, Step};
     let name = "fuzz.parquet";
     let source = index_files(
         vec![Located::memory(name, bytes)],

@@ -14,7 +14,7 @@ use super::index::group_labels;
 use super::{guarded, ParquetIndex, READER_BYTES};
 use crate::error::{DecodeFailure, Error};
 use crate::fields::{FieldData, FieldSpecs};
-use crate::source::format::{Reader, Sample, Step};
+use crate::source::format::read::{Reader, Sample, Step};
 use crate::source::storage::{Located, Place};
 
 /// A parquet file's bytes for the `parquet` crate's reader: a local file, or an object read

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::{cls_label, scan_shard, too_large, Found, TarSet, BLOCK};
 use crate::error::Error;
 use crate::fields::{FieldData, FieldSpecs};
+use crate::source::format::read::{Reader, Sample, Step};
 use crate::source::format::units::{tables_for, Tables};
-use crate::source::format::{Reader, Sample, Step};
 use crate::source::storage::{Located, Place};
 
 /// Members further apart than this (a hard link to an earlier image) are read apart.
@@ -184,7 +184,7 @@ impl Reader for TarReader {
         self.locate(i).map_or(0, |(_, t, j)| t[j].len)
     }
 
-    fn other_members(&mut self, i: u32) -> Result<super::super::Members, Error> {
+    fn other_members(&mut self, i: u32) -> Result<crate::source::format::read::Members, Error> {
         let (k, table, j) = self.locate(i)?;
         let m = &table[j];
         let file: Arc<Located> = self.set.units.units[k].file.clone();
@@ -302,7 +302,7 @@ impl Reader for TarReader {
             .units
             .iter()
             .find_map(|u| match &u.file.place {
-                Place::Remote { store, .. } => Some((store.clone(), store.options.max_requests)),
+                Place::Remote { store, .. } => Some((store.clone(), store.limits.max_requests)),
                 _ => None,
             })
     }

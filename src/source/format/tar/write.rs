@@ -103,9 +103,9 @@ pub fn write_shards_with(
         };
         let mut name = PathBuf::new();
         let sample = match r.read(i as u32, &mut name, limit) {
-            super::super::Step::Done(s) => s?,
+            crate::source::format::read::Step::Done(s) => s?,
             #[cfg(feature = "remote")]
-            super::super::Step::Pending(f) => match r.store() {
+            crate::source::format::read::Step::Pending(f) => match r.store() {
                 Some((store, _)) => store.block_on(f)?,
                 None => return Err(Error::io(&name, std::io::Error::other("no store"))),
             },
@@ -152,7 +152,7 @@ pub fn write_shards_with(
         }
     }
     let manifest = crate::source::format::manifest::Manifest {
-        kind: crate::SourceKind::TarShards,
+        kind: crate::source::kind::SourceKind::TarShards,
         lines,
     };
     let path = out_dir.join(crate::source::format::manifest::MANIFEST_NAME);
@@ -190,7 +190,11 @@ fn check_out_dir(out_dir: &Path) -> Result<(), Error> {
 
 /// A sample read for re-sharding: its image and label (and fields), its name, and its other
 /// members.
-type Read = (super::super::Sample, PathBuf, super::super::Members);
+type Read = (
+    crate::source::format::read::Sample,
+    PathBuf,
+    crate::source::format::read::Members,
+);
 
 /// Writes the samples `chunk` (dataset indices, read by `read`) into the shard `partial`, each
 /// as `KEY.EXT` (its image), `KEY.cls`, its other members and its fields; returns the image

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::{masked_crc, pick, walk, Fault, Found, Problem, Slice, TfRecordSet};
 use crate::error::{DecodeFailure, Error};
 use crate::fields::{FieldSpecs, SampleFields};
+use crate::source::format::read::{Reader, Sample, Step};
 use crate::source::format::units::{tables_for, Tables};
-use crate::source::format::{Reader, Sample, Step};
 use crate::source::storage::Place;
 
 /// A file's records, and for a compressed file its inflated bytes.
@@ -285,7 +285,7 @@ impl Reader for TfRecordReader {
             .units
             .iter()
             .find_map(|u| match &u.file.place {
-                Place::Remote { store, .. } => Some((store.clone(), store.options.max_requests)),
+                Place::Remote { store, .. } => Some((store.clone(), store.limits.max_requests)),
                 _ => None,
             })
     }

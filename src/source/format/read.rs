@@ -1,0 +1,51 @@
+//! What a format gives the fetch loop: a [`Reader`] that reserves and reads one sample at a
+//! time, and the [`Sample`] (or the pending request, [`Step`]) it makes of it.
+
+use std::path::PathBuf;
+#[cfg(feature = "remote")]
+use std::sync::Arc;
+
+use crate::error::Error;
+
+/// One sample read by a [`Reader`]: its encoded bytes, its label and its name in messages.
+#[derive(Debug)]
+pub(crate) struct Sample {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) label: u32,
+    /// The loader's fields, in its order (empty when it asks for none).
+    pub(crate) fields: crate::fields::SampleFields,
+}
+
+/// What a [`Reader`] made of one sample: read now, or a request to await beside others.
+pub(crate) enum Step {
+    Done(Result<Sample, Error>),
+    #[cfg(feature = "remote")]
+    Pending(futures_util::future::BoxFuture<'static, Result<Sample, Error>>),
+}
+
+/// A sample's other members: each one's extension and bytes.
+pub(crate) type Members = Vec<(Box<str>, Vec<u8>)>;
+
+/// A format's reader for one epoch's fetch loop, or for one random read.
+pub(crate) trait Reader: Send {
+    /// Bytes to reserve in the fetch budget before reading sample `i`: its size where the
+    /// format knows it, else a typical size (the budget is corrected once it is read).
+    fn reserve(&mut self, i: u32) -> u64;
+
+    /// Reads sample `i` into a [`Sample`] (its name written into `name`, for messages),
+    /// refusing one of more than `limit` bytes.
+    fn read(&mut self, i: u32, name: &mut PathBuf, limit: u64) -> Step;
+
+    /// Sample `i`'s members besides its image and label (a tar shard's `KEY.txt`, `KEY.json`,
+    /// …): extension and bytes, for re-sharding. None for other formats.
+    fn other_members(&mut self, i: u32) -> Result<Members, Error> {
+        let _ = i;
+        Ok(Vec::new())
+    }
+
+    /// The store whose runtime drives pending reads, and the most requests in flight.
+    #[cfg(feature = "remote")]
+    fn store(&self) -> Option<(Arc<crate::source::storage::remote::Store>, usize)> {
+        None
+    }
+}
