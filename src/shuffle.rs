@@ -21,6 +21,8 @@
 
 use std::ops::Range;
 
+use crate::source::mix::MixSet;
+
 /// Samples mixed at once in a source read as streams when the user sets no block
 /// ([`LoaderBuilder::shuffle_buffer`](crate::LoaderBuilder::shuffle_buffer)): about four tar
 /// shards of 1,000 samples, or 40 row groups of `datasets`' 100. Costs no sample memory (the
@@ -248,8 +250,8 @@ enum Layout {
         parts: u64,
         blocks: Vec<Option<Vec<u64>>>,
     },
-    /// A mixture of sources (`source/mix.rs`).
-    Mix(Box<crate::source::mix::MixOrder>),
+    /// A mixture of sources (`source/mix.rs`; its order is [`MixOrder`]).
+    Mix(Box<MixOrder>),
 }
 
 impl Order {
@@ -311,13 +313,8 @@ impl Order {
     }
 
     /// The order of `epoch` over a mixture.
-    pub(crate) fn mix(
-        set: &crate::source::mix::MixSet,
-        settings: &ShuffleSettings,
-        seed: u64,
-        epoch: u64,
-    ) -> Self {
-        let order = crate::source::mix::MixOrder::new(set, settings, seed, epoch);
+    pub(crate) fn mix(set: &MixSet, settings: &ShuffleSettings, seed: u64, epoch: u64) -> Self {
+        let order = MixOrder::new(set, settings, seed, epoch);
         Order {
             n: order.len(),
             seed,
@@ -436,6 +433,141 @@ pub(crate) fn sorted_by_class(
 /// there are positions `q < n` with `q mod parts == r`).
 pub(crate) fn part_start(n: u64, parts: u64, r: u64) -> u64 {
     r * (n / parts) + r.min(n % parts)
+}
+
+/// Positions of a mixture's epoch mixed at once: each block holds every source's share (its
+/// cumulative count floored), in a seeded order, each source's draws in their order.
+pub(crate) const MIX_BLOCK: u64 = 64;
+
+/// Epoch `epoch`'s order over a mixture: position to mixture index (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct MixOrder {
+    parts: Vec<PartOrder>,
+    /// The draws of each source in one epoch, and their sum.
+    draws: Vec<u64>,
+    len: u64,
+    /// Blocks of about `MIX_BLOCK` positions; the seed and epoch that key their orders.
+    blocks: u64,
+    key: u64,
+}
+
+/// One source's stream in an epoch: its index offset and length, the epoch's first draw, and
+/// the orders of the passes the epoch's draws fall in.
+#[derive(Debug, Clone)]
+struct PartOrder {
+    offset: u64,
+    len: u64,
+    first_draw: u64,
+    /// (pass, its order), in pass order.
+    passes: Vec<(u64, Order)>,
+}
+
+impl MixOrder {
+    pub(crate) fn new(set: &MixSet, settings: &ShuffleSettings, seed: u64, epoch: u64) -> Self {
+        let parts = set
+            .parts
+            .iter()
+            .zip(&set.draws)
+            .enumerate()
+            .map(|(s, (p, &n))| {
+                let first_draw = epoch.saturating_mul(n);
+                let b = &p.source.backing;
+                let own = ShuffleSettings {
+                    streamed: b.units().is_some(),
+                    default_block: b.default_block(),
+                    ..*settings
+                };
+                let part_seed = mix_seed(seed, s as u64);
+                let len = p.len.max(1);
+                let last = first_draw + n.max(1) - 1;
+                let passes = (first_draw / len..=last / len)
+                    .map(|pass| {
+                        let order = match b.streams() {
+                            Some(streams) => Order::streams(&streams, 1, &own, part_seed, pass),
+                            None => Order::random(p.len as usize, &own, part_seed, pass),
+                        };
+                        (pass, order)
+                    })
+                    .collect();
+                PartOrder {
+                    offset: p.offset,
+                    len: p.len,
+                    first_draw,
+                    passes,
+                }
+            })
+            .collect();
+        MixOrder {
+            parts,
+            draws: set.draws.clone(),
+            len: set.epoch_len,
+            blocks: set.epoch_len.div_ceil(MIX_BLOCK).max(1),
+            key: mix_seed(seed ^ 0x6d69_7865, epoch),
+        }
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Source `s`'s draws before block `b`.
+    fn before(&self, s: usize, b: u64) -> u64 {
+        if b >= self.blocks {
+            return self.draws[s];
+        }
+        // floor(b × n_s / blocks): each block an even share, rounded down.
+        ((u128::from(b) * u128::from(self.draws[s])) / u128::from(self.blocks)) as u64
+    }
+
+    /// Positions before block `b`.
+    fn start(&self, b: u64) -> u64 {
+        (0..self.parts.len()).map(|s| self.before(s, b)).sum()
+    }
+
+    /// The mixture index at position `q`.
+    pub(crate) fn at(&self, q: u64) -> u64 {
+        // The block holding q: the last whose start is at or before it.
+        let (mut lo, mut hi) = (0u64, self.blocks);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.start(mid) <= q {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let b = lo;
+        let start = self.start(b);
+        let size = self.start(b + 1) - start;
+        let perm = Permutation::new(size, self.key.wrapping_add(b));
+        // The slots of block b are each source's share in turn; a position's slot says its
+        // source, and its draw is the next of that source's in position order (so a source's
+        // draws, and the passes over its samples, follow one another in the epoch's order).
+        let source_of = |slot: u64| {
+            let mut from = 0;
+            for s in 0..self.parts.len() {
+                from += self.before(s, b + 1) - self.before(s, b);
+                if slot < from {
+                    return s;
+                }
+            }
+            self.parts.len() - 1
+        };
+        let o = q - start;
+        let s = source_of(perm.at(o));
+        let rank = (0..o).filter(|&p| source_of(perm.at(p)) == s).count() as u64;
+        {
+            let part = &self.parts[s];
+            let d0 = self.before(s, b);
+            {
+                let draw = part.first_draw + d0 + rank;
+                let len = part.len.max(1);
+                let (pass, at) = (draw / len, draw % len);
+                let order = part.passes.iter().find(|(p, _)| *p == pass).map(|(_, o)| o);
+                part.offset + order.map_or(at, |o| u64::from(o.at(at as usize)))
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -63,6 +63,30 @@ fn kind_name(kind: SourceKind) -> &'static str {
 }
 
 impl Manifest {
+    /// The manifest that lists `units` (files relative to `base`, a folder or URL).
+    pub(crate) fn of_units(
+        units: &super::units::Units,
+        kind: crate::source::kind::SourceKind,
+        base: &Path,
+    ) -> Manifest {
+        let lines = units
+            .units
+            .iter()
+            .map(|u| Line {
+                file: relative_to(base, &u.file.path),
+                size: u.file.size,
+                mtime: u.file.mtime,
+                part: u.part,
+                samples: u.count,
+                labeled: u.tally.labeled,
+                min_label: u.tally.min_label,
+                max_label: u.tally.max_label,
+                image_bytes: u.tally.image_bytes,
+            })
+            .collect();
+        Manifest { kind, lines }
+    }
+
     /// The manifest's text.
     pub(crate) fn to_text(&self) -> String {
         let samples: u64 = self.lines.iter().map(|l| u64::from(l.samples)).sum();
@@ -204,125 +228,6 @@ pub(crate) fn in_folder(dir: &Path) -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-/// Where a manifest's files are: a local folder, or a prefix of a store.
-pub(crate) enum Base<'a> {
-    Local(&'a Path),
-    #[cfg(feature = "remote")]
-    Remote {
-        store: &'a std::sync::Arc<crate::source::storage::remote::Store>,
-        /// The key prefix the manifest is under (`""` for the bucket's root).
-        prefix: &'a str,
-    },
-}
-
-/// Opens the dataset `manifest` lists (read from `name`), its files relative to `base`. A
-/// local file whose size is not the manifest's is an error naming it; a unit's sample count
-/// is checked when it is first read.
-pub(crate) fn open(
-    manifest: Manifest,
-    name: &Path,
-    base: Base<'_>,
-    tfrecord: &crate::source::TfRecordOptions,
-    #[cfg(feature = "parquet")] parquet: &crate::source::ParquetOptions,
-) -> Result<crate::Source, Error> {
-    use std::sync::Arc;
-
-    use super::units::Tally;
-    use crate::source::storage::Located;
-
-    // One place per file: consecutive lines of one file (parquet row groups) share it.
-    let mut files: Vec<(Arc<Located>, Vec<&Line>)> = Vec::new();
-    for line in &manifest.lines {
-        if let Some((_, lines)) = files
-            .last_mut()
-            .filter(|(_, lines)| lines[0].file == line.file)
-        {
-            lines.push(line);
-            continue;
-        }
-        let located = match &base {
-            Base::Local(dir) => {
-                let path = PathBuf::from(Manifest::resolve(&dir.to_string_lossy(), &line.file));
-                let found = Located::local(&path, "a file the manifest lists")?;
-                if found.size != line.size {
-                    return Err(Error::source(
-                        &path,
-                        format!(
-                            "is {} bytes, where the manifest {} says {}: the dataset changed since the manifest was written; write it again (`imagefeed index`)",
-                            found.size,
-                            name.display(),
-                            line.size
-                        ),
-                    ));
-                }
-                found
-            }
-            #[cfg(feature = "remote")]
-            Base::Remote { store, prefix } => {
-                let key = Manifest::resolve(prefix, &line.file);
-                Located::object(store, key, line.size, line.mtime as i64)
-            }
-        };
-        files.push((Arc::new(located), vec![line]));
-    }
-    let origin = name.parent().map(Path::to_path_buf).unwrap_or_default();
-    let base_path = match &base {
-        Base::Local(dir) => dir.to_path_buf(),
-        #[cfg(feature = "remote")]
-        Base::Remote { store, prefix } => PathBuf::from(store.url_of(prefix)),
-    };
-    let tally = |l: &Line| Tally {
-        labeled: l.labeled,
-        min_label: l.min_label,
-        max_label: l.max_label,
-        image_bytes: l.image_bytes,
-    };
-    match manifest.kind {
-        crate::source::kind::SourceKind::TfRecord => {
-            let counted = files
-                .iter()
-                .map(|(_, lines)| {
-                    let l = lines[0];
-                    super::tfrecord::Counted::from_manifest(l.samples, tally(l))
-                })
-                .collect();
-            let files = files.into_iter().map(|(f, _)| (*f).clone()).collect();
-            super::tfrecord::index_files(files, origin, base_path, tfrecord, Some(counted))
-        }
-        #[cfg(feature = "parquet")]
-        crate::source::kind::SourceKind::Parquet => {
-            let tallies = files
-                .iter()
-                .map(|(_, lines)| {
-                    lines
-                        .iter()
-                        .map(|l| (l.part, l.samples, tally(l)))
-                        .collect()
-                })
-                .collect();
-            let files = files.into_iter().map(|(f, _)| (*f).clone()).collect();
-            super::parquet::index_files_with(files, origin, base_path, parquet, Some(tallies))
-        }
-        #[cfg(not(feature = "parquet"))]
-        crate::source::kind::SourceKind::Parquet => Err(Error::feature_disabled("parquet")),
-        _ => {
-            let counted = files
-                .iter()
-                .map(|(_, lines)| {
-                    super::tar::Counted::from_manifest(lines[0].samples, tally(lines[0]))
-                })
-                .collect();
-            let max_bytes = match &base {
-                Base::Local(_) => super::tar::TAR_BYTES_IN_FLIGHT,
-                #[cfg(feature = "remote")]
-                Base::Remote { store, .. } => store.limits.max_bytes_in_flight,
-            };
-            let files = files.into_iter().map(|(f, _)| f).collect();
-            super::tar::open_shards(files, origin, base_path, Some(counted), max_bytes)
-        }
-    }
-}
-
 /// Whether `path` is a manifest file: by its name, or its first line.
 pub(crate) fn is_manifest(path: &Path) -> bool {
     if path.file_name().is_some_and(|n| n == MANIFEST_NAME) {
@@ -375,7 +280,7 @@ pub(crate) fn write(
                 ));
             };
             let base = Path::new(&url).parent().unwrap_or(Path::new(""));
-            let manifest = units.manifest(kind, base);
+            let manifest = Manifest::of_units(&units, kind, base);
             store.put(&key, manifest.to_text().into_bytes())?;
             return Ok(PathBuf::from(url));
         }
@@ -394,7 +299,7 @@ pub(crate) fn write(
         ));
     }
     let dir = target.parent().filter(|d| !d.as_os_str().is_empty());
-    let manifest = units.manifest(kind, dir.unwrap_or(Path::new("")));
+    let manifest = Manifest::of_units(&units, kind, dir.unwrap_or(Path::new("")));
     // A manifest of other files is someone's dataset: written again only over itself.
     if let Ok(old) = std::fs::read_to_string(&target) {
         let files = |m: &Manifest| -> Vec<String> {

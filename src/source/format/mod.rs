@@ -12,6 +12,8 @@
 pub(crate) mod dir;
 pub(crate) mod list;
 pub(crate) mod manifest;
+#[cfg(feature = "remote")]
+pub(crate) mod objects;
 #[cfg(feature = "parquet")]
 pub(crate) mod parquet;
 pub(crate) mod read;
@@ -35,7 +37,7 @@ use crate::source::index::FileIndex;
 use crate::source::kind::SourceKind;
 use crate::source::storage::regular_file;
 #[cfg(feature = "remote")]
-use crate::source::ObjectIndex;
+use objects::ObjectIndex;
 
 /// Where the bytes of a source's samples are, and how they are laid out.
 #[derive(Debug, Clone)]
@@ -54,6 +56,25 @@ pub(crate) enum Backing {
     Parquet(Arc<ParquetIndex>),
     /// Several sources in set proportions.
     Mix(Arc<crate::source::mix::MixSet>),
+}
+
+impl From<TarSet> for Backing {
+    fn from(set: TarSet) -> Backing {
+        Backing::Tar(Arc::new(set))
+    }
+}
+
+impl From<TfRecordSet> for Backing {
+    fn from(set: TfRecordSet) -> Backing {
+        Backing::TfRecord(Arc::new(set))
+    }
+}
+
+#[cfg(feature = "parquet")]
+impl From<ParquetIndex> for Backing {
+    fn from(set: ParquetIndex) -> Backing {
+        Backing::Parquet(Arc::new(set))
+    }
 }
 
 impl Backing {

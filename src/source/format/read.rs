@@ -6,6 +6,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::source::index::FileIndex;
+
+/// What a format opened: the index of its samples' names and the format's own set (a tar
+/// shard set, TFRecord files, parquet files), which `Backing` wraps.
+#[derive(Debug)]
+pub(crate) struct Opened<S> {
+    pub(crate) index: FileIndex,
+    pub(crate) set: S,
+}
 
 /// One sample read by a [`Reader`]: its encoded bytes, its label and its name in messages.
 #[derive(Debug)]

@@ -89,30 +89,6 @@ impl Units {
         (self.units.capacity() * std::mem::size_of::<Unit>() + files) as u64
     }
 
-    /// The manifest that lists these units (files relative to `base`, a folder or URL).
-    pub(crate) fn manifest(
-        &self,
-        kind: crate::source::kind::SourceKind,
-        base: &Path,
-    ) -> super::manifest::Manifest {
-        let lines = self
-            .units
-            .iter()
-            .map(|u| super::manifest::Line {
-                file: super::manifest::relative_to(base, &u.file.path),
-                size: u.file.size,
-                mtime: u.file.mtime,
-                part: u.part,
-                samples: u.count,
-                labeled: u.tally.labeled,
-                min_label: u.tally.min_label,
-                max_label: u.tally.max_label,
-                image_bytes: u.tally.image_bytes,
-            })
-            .collect();
-        super::manifest::Manifest { kind, lines }
-    }
-
     /// Feeds `hasher` what identifies the samples: every unit's name and count, and with
     /// `stamps` its file's size and modification time.
     pub(crate) fn fingerprint(&self, hasher: &mut impl std::hash::Hasher, stamps: bool) {

@@ -4,16 +4,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use parquet::basic::{Compression, ConvertedType, LogicalType, Type as Physical};
-use parquet::column::reader::ColumnReader;
-use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::basic::{Compression, LogicalType, Type as Physical};
+use parquet::file::reader::FileReader;
 
-use super::read::{open_reader, PqData};
+use super::read::{group_labels, open_reader};
 use super::{guarded, ParquetIndex, ParquetOptions, PqFile};
 use crate::error::Error;
+use crate::source::format::read::Opened;
 use crate::source::format::units::{common_parent, in_parallel, Tally, Unit, Units};
+use crate::source::index::FileIndex;
 use crate::source::storage::Located;
-use crate::source::{Backing, FileIndex, Source};
 
 /// What one file holds: its columns, each row group's rows and image bytes, and its labels'
 /// largest.
@@ -215,120 +215,15 @@ fn index_file(
     })
 }
 
-/// The labels of row group `g` (of `rows` rows) from column `k`: integers in
-/// `0..=u32::MAX`, none null.
-pub(crate) fn group_labels(
-    reader: &SerializedFileReader<PqData>,
-    k: usize,
-    g: usize,
-    rows: u64,
-    name: &str,
-    column: &str,
-) -> Result<Vec<u32>, Error> {
-    let group_rows = [rows];
-    let desc = reader.metadata().file_metadata().schema_descr().column(k);
-    let unsigned = matches!(
-        desc.converted_type(),
-        ConvertedType::UINT_32 | ConvertedType::UINT_64
-    ) || matches!(desc.logical_type_ref(), Some(LogicalType::Integer(t)) if !t.is_signed);
-    let max_def = desc.max_def_level();
-    let total: u64 = group_rows.iter().sum();
-    let mut out = Vec::new();
-    out.try_reserve_exact(usize::try_from(total).unwrap_or(usize::MAX))
-        .map_err(|_| Error::source(name, format!("{total} rows: too many to index")))?;
-    let damaged = |e: parquet::errors::ParquetError| {
-        Error::source(name, format!("its `{column}` column cannot be read: {e}"))
-    };
-    let mut defs = Vec::new();
-    let mut row = 0u64;
-    for &rows in &group_rows {
-        let group = reader.get_row_group(g).map_err(damaged)?;
-        let mut col = group.get_column_reader(k).map_err(damaged)?;
-        let mut wide = Vec::new();
-        let mut narrow = Vec::new();
-        let mut left = rows;
-        while left > 0 {
-            let want = left.min(1 << 16) as usize;
-            defs.clear();
-            wide.clear();
-            narrow.clear();
-            let (records, _, _) = match &mut col {
-                ColumnReader::Int64ColumnReader(r) => {
-                    r.read_records(want, Some(&mut defs), None, &mut wide)
-                }
-                ColumnReader::Int32ColumnReader(r) => {
-                    r.read_records(want, Some(&mut defs), None, &mut narrow)
-                }
-                _ => {
-                    return Err(Error::source(
-                        name,
-                        format!("`{column}` is not an integer column"),
-                    ))
-                }
-            }
-            .map_err(damaged)?;
-            if records == 0 {
-                return Err(Error::source(
-                    name,
-                    format!(
-                        "row group {g} ends after {} of its {rows} rows' labels",
-                        rows - left
-                    ),
-                ));
-            }
-            let mut values = wide
-                .iter()
-                .map(|&v| {
-                    if unsigned {
-                        i128::from(v as u64)
-                    } else {
-                        i128::from(v)
-                    }
-                })
-                .chain(narrow.iter().map(|&v| {
-                    if unsigned {
-                        i128::from(v as u32)
-                    } else {
-                        i128::from(v)
-                    }
-                }));
-            for r in 0..records {
-                let here = row + r as u64;
-                let value = if max_def == 0 || defs.get(r) == Some(&max_def) {
-                    values.next()
-                } else {
-                    None
-                };
-                let Some(v) = value else {
-                    return Err(Error::source(
-                        name,
-                        format!("row {here}: the label (`{column}`) is null"),
-                    ));
-                };
-                let label = u32::try_from(v).map_err(|_| {
-                    Error::source(
-                        name,
-                        format!("row {here}: the label (`{column}`) is {v}, not a label (a non-negative integer below 2^32)"),
-                    )
-                })?;
-                out.push(label);
-            }
-            row += records as u64;
-            left -= records as u64;
-        }
-    }
-    Ok(out)
-}
-
 /// Opens parquet files (each path a file, or a folder of `*.parquet` files) into a source.
 pub(crate) fn index_local(
     paths: &[std::path::PathBuf],
     options: &ParquetOptions,
-) -> Result<Source, Error> {
+) -> Result<Opened<ParquetIndex>, Error> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
-            files.extend(crate::source::containers::parquet_files_in(p)?);
+            files.extend(crate::source::format::dir::parquet_files_in(p)?);
         } else {
             files.push(p.clone());
         }
@@ -355,7 +250,7 @@ pub(crate) fn index_files(
     origin: PathBuf,
     base: PathBuf,
     options: &ParquetOptions,
-) -> Result<Source, Error> {
+) -> Result<Opened<ParquetIndex>, Error> {
     index_files_with(files, origin, base, options, None)
 }
 
@@ -367,7 +262,7 @@ pub(crate) fn index_files_with(
     base: PathBuf,
     options: &ParquetOptions,
     known: Option<Vec<Known>>,
-) -> Result<Source, Error> {
+) -> Result<Opened<ParquetIndex>, Error> {
     let indexed = in_parallel(files.len(), &origin, |k| {
         let file = &files[k];
         let known = known.as_ref().map(|k| &k[..]).and_then(|all| all.get(k));
@@ -453,10 +348,7 @@ pub(crate) fn index_files_with(
     };
     let mut index = FileIndex::with_origin(origin, base);
     index.class_names = class_names;
-    Ok(Source {
-        index,
-        backing: Backing::Parquet(Arc::new(pq)),
-    })
+    Ok(Opened { index, set: pq })
 }
 
 /// The names of a `ClassLabel` feature `column` in the JSON `datasets` writes into a parquet
@@ -505,19 +397,17 @@ fn check_codec(c: Compression, name: &str, what: &str) -> Result<(), Error> {
 pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<usize, Error>>, Error> {
     use crate::source::format::read::{Reader, Step};
     let name = "fuzz.parquet";
-    let source = index_files(
+    let opened = index_files(
         vec![Located::memory(name, bytes)],
         PathBuf::from(name),
         PathBuf::new(),
         &ParquetOptions::default(),
     )?;
-    let Backing::Parquet(pq) = &source.backing else {
-        return Err(Error::source(name, "not indexed as parquet"));
-    };
+    let pq = Arc::new(opened.set);
     let mut reader = pq.reader(1, &Default::default());
     let mut path = PathBuf::new();
     let mut out = Vec::new();
-    for i in 0..source.len() {
+    for i in 0..pq.units.len() {
         // (One arm without the `remote` feature.)
         #[allow(clippy::infallible_destructuring_match)]
         let read = match reader.read(i as u32, &mut path, 64 << 20) {

@@ -32,12 +32,10 @@ mod fields;
 mod index;
 mod read;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::units::Units;
 use crate::error::Error;
-use crate::source::Source;
 #[cfg(feature = "unstable-tools")]
 pub(crate) use index::index_bytes;
 #[cfg(feature = "remote")]
@@ -180,39 +178,4 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "the parquet reader panicked".into())
     })
-}
-
-impl Source {
-    /// Parquet files (each path a file, or a folder of `*.parquet` files, sorted by name)
-    /// whose rows are images and labels, in the columns `options` names (by default the
-    /// Hugging Face `datasets` layout: `image` as `struct<bytes, path>`, `label` an integer).
-    /// Sample `i` is the `i`-th row in file order, named `FILE[row N]`.
-    ///
-    /// Opening reads each file's footer and label column (never the images); each epoch visits
-    /// the row groups in a seeded order and reads each as one stream (see the module
-    /// documentation in `source/parquet.rs` for why, and for the memory it holds).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), imagefeed::Error> {
-    /// let source = imagefeed::Source::from_parquet(["testdata/formats/parquet"])?;
-    /// assert_eq!(source.kind(), imagefeed::SourceKind::Parquet);
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if a file cannot be read, and
-    /// [`ErrorKind::Source`](crate::ErrorKind::Source) naming the file (and row) for a file
-    /// that is not parquet or is truncated, a missing column or one of the wrong type, a null
-    /// label or one outside `0..=u32::MAX`, or an unsupported codec. A null image is a bad
-    /// sample: its read is a skippable [`ErrorKind::Decode`](crate::ErrorKind::Decode).
-    pub fn from_parquet_with<P: AsRef<Path>>(
-        paths: impl IntoIterator<Item = P>,
-        options: ParquetOptions,
-    ) -> Result<Source, Error> {
-        let paths: Vec<PathBuf> = paths
-            .into_iter()
-            .map(|p| p.as_ref().to_path_buf())
-            .collect();
-        index_local(&paths, &options)
-    }
 }

@@ -6,11 +6,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parquet::basic::{ConvertedType, LogicalType};
 use parquet::column::reader::ColumnReader;
 use parquet::data_type::ByteArray;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 
-use super::index::group_labels;
 use super::{guarded, ParquetIndex, READER_BYTES};
 use crate::error::{DecodeFailure, Error};
 use crate::fields::{FieldData, FieldSpecs};
@@ -92,6 +92,111 @@ pub(crate) fn open_reader(
             format!("not a readable parquet file (damaged, or cut short: its footer is its last bytes): {e}"),
         )
     })
+}
+
+/// The labels of row group `g` (of `rows` rows) from column `k`: integers in
+/// `0..=u32::MAX`, none null.
+pub(crate) fn group_labels(
+    reader: &SerializedFileReader<PqData>,
+    k: usize,
+    g: usize,
+    rows: u64,
+    name: &str,
+    column: &str,
+) -> Result<Vec<u32>, Error> {
+    let group_rows = [rows];
+    let desc = reader.metadata().file_metadata().schema_descr().column(k);
+    let unsigned = matches!(
+        desc.converted_type(),
+        ConvertedType::UINT_32 | ConvertedType::UINT_64
+    ) || matches!(desc.logical_type_ref(), Some(LogicalType::Integer(t)) if !t.is_signed);
+    let max_def = desc.max_def_level();
+    let total: u64 = group_rows.iter().sum();
+    let mut out = Vec::new();
+    out.try_reserve_exact(usize::try_from(total).unwrap_or(usize::MAX))
+        .map_err(|_| Error::source(name, format!("{total} rows: too many to index")))?;
+    let damaged = |e: parquet::errors::ParquetError| {
+        Error::source(name, format!("its `{column}` column cannot be read: {e}"))
+    };
+    let mut defs = Vec::new();
+    let mut row = 0u64;
+    for &rows in &group_rows {
+        let group = reader.get_row_group(g).map_err(damaged)?;
+        let mut col = group.get_column_reader(k).map_err(damaged)?;
+        let mut wide = Vec::new();
+        let mut narrow = Vec::new();
+        let mut left = rows;
+        while left > 0 {
+            let want = left.min(1 << 16) as usize;
+            defs.clear();
+            wide.clear();
+            narrow.clear();
+            let (records, _, _) = match &mut col {
+                ColumnReader::Int64ColumnReader(r) => {
+                    r.read_records(want, Some(&mut defs), None, &mut wide)
+                }
+                ColumnReader::Int32ColumnReader(r) => {
+                    r.read_records(want, Some(&mut defs), None, &mut narrow)
+                }
+                _ => {
+                    return Err(Error::source(
+                        name,
+                        format!("`{column}` is not an integer column"),
+                    ))
+                }
+            }
+            .map_err(damaged)?;
+            if records == 0 {
+                return Err(Error::source(
+                    name,
+                    format!(
+                        "row group {g} ends after {} of its {rows} rows' labels",
+                        rows - left
+                    ),
+                ));
+            }
+            let mut values = wide
+                .iter()
+                .map(|&v| {
+                    if unsigned {
+                        i128::from(v as u64)
+                    } else {
+                        i128::from(v)
+                    }
+                })
+                .chain(narrow.iter().map(|&v| {
+                    if unsigned {
+                        i128::from(v as u32)
+                    } else {
+                        i128::from(v)
+                    }
+                }));
+            for r in 0..records {
+                let here = row + r as u64;
+                let value = if max_def == 0 || defs.get(r) == Some(&max_def) {
+                    values.next()
+                } else {
+                    None
+                };
+                let Some(v) = value else {
+                    return Err(Error::source(
+                        name,
+                        format!("row {here}: the label (`{column}`) is null"),
+                    ));
+                };
+                let label = u32::try_from(v).map_err(|_| {
+                    Error::source(
+                        name,
+                        format!("row {here}: the label (`{column}`) is {v}, not a label (a non-negative integer below 2^32)"),
+                    )
+                })?;
+                out.push(label);
+            }
+            row += records as u64;
+            left -= records as u64;
+        }
+    }
+    Ok(out)
 }
 
 /// One row group read whole: each row's image (`None`: null) and label, and each field's

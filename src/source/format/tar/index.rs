@@ -10,9 +10,10 @@ use super::{cls_label, split_member, Found, TarSet, BLOCK, MAX_CLS_BYTES};
 use crate::error::Error;
 use crate::source::format::dir::IMAGE_EXTENSIONS;
 use crate::source::format::list::compression_of;
+use crate::source::format::read::Opened;
 use crate::source::format::units::{Tally, Unit, Units};
+use crate::source::index::FileIndex;
 use crate::source::storage::{Located, Place};
-use crate::source::{Backing, FileIndex, Source};
 
 /// Longest member name accepted (Linux's PATH_MAX): a longer GNU long-name or PAX path would
 /// be held in every error and index entry that names the member.
@@ -601,7 +602,7 @@ pub(crate) fn open_shards(
     base: PathBuf,
     counted: Option<Vec<Counted>>,
     max_bytes_in_flight: u64,
-) -> Result<Source, Error> {
+) -> Result<Opened<TarSet>, Error> {
     if files.is_empty() {
         return Err(Error::source(origin, "no tar shards"));
     }
@@ -678,17 +679,17 @@ pub(crate) fn open_shards(
         num_classes: max_label.map_or(1, |m| m.saturating_add(1)),
         mean_sample_bytes: Some(bytes / first),
     };
-    Ok(Source {
+    Ok(Opened {
         index: FileIndex::with_origin(origin, base),
-        backing: Backing::Tar(Arc::new(TarSet {
+        set: TarSet {
             units,
             max_bytes_in_flight,
-        })),
+        },
     })
 }
 
 /// Opens local shards.
-pub(crate) fn index_local(paths: &[PathBuf]) -> Result<Source, Error> {
+pub(crate) fn index_local(paths: &[PathBuf]) -> Result<Opened<TarSet>, Error> {
     let mut files = Vec::with_capacity(paths.len());
     for p in paths {
         files.push(Arc::new(Located::local(p, "a .tar shard")?));

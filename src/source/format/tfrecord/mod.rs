@@ -38,8 +38,9 @@ pub(crate) use example::{pick, walk, Fault, Problem, Slice};
 
 use super::units::{common_parent, in_parallel, Tally, Unit, Units};
 use crate::error::Error;
+use crate::source::format::read::Opened;
+use crate::source::index::FileIndex;
 use crate::source::storage::{Located, Place};
-use crate::source::{Backing, FileIndex, Source};
 
 /// The feature keys and limits for TFRecord shards (see [`Source::from_tfrecords_with`]).
 ///
@@ -539,7 +540,10 @@ fn walk_shard(
 }
 
 /// Indexes TFRecord shards (each path a file, or a folder of them) into a source.
-pub(crate) fn index_local(paths: &[PathBuf], options: &TfRecordOptions) -> Result<Source, Error> {
+pub(crate) fn index_local(
+    paths: &[PathBuf],
+    options: &TfRecordOptions,
+) -> Result<Opened<TfRecordSet>, Error> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -621,7 +625,7 @@ pub(crate) fn index_files(
     base: PathBuf,
     options: &TfRecordOptions,
     counted: Option<Vec<Counted>>,
-) -> Result<Source, Error> {
+) -> Result<Opened<TfRecordSet>, Error> {
     let compression = in_parallel(files.len(), &origin, |k| compression_by_magic(&files[k]))?;
     let (image_keys, label_keys) = options.keys();
     let counted = match counted {
@@ -725,9 +729,9 @@ pub(crate) fn index_files(
         label_keys,
         max_bytes_in_flight: options.max_bytes_in_flight,
     };
-    Ok(Source {
+    Ok(Opened {
         index: FileIndex::with_origin(origin, base),
-        backing: Backing::TfRecord(Arc::new(set)),
+        set,
     })
 }
 

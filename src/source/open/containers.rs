@@ -4,32 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+use super::format::dir::{class_folder_with_images, is_parquet_name, parquet_files_in};
+use super::format::tar as shards;
 use super::format::tfrecord;
-use super::format::{dir::class_folder_with_images, tar as shards};
 use super::{RemoteOptions, Source};
 use crate::error::Error;
-
-/// True for a name ending in `.parquet` (any case).
-pub(crate) fn is_parquet_name(name: &str) -> bool {
-    name.to_ascii_lowercase().ends_with(".parquet")
-}
-
-/// The `*.parquet` files directly in `dir`, sorted.
-pub(crate) fn parquet_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let name = entry.file_name();
-        if super::format::dir::is_hidden(&name) || !is_parquet_name(&name.to_string_lossy()) {
-            continue;
-        }
-        if entry.path().is_file() {
-            out.push(entry.path());
-        }
-    }
-    out.sort();
-    Ok(out)
-}
 
 /// A file [`Source::open`] opens as parquet or TFRecord, by its name or (TFRecord) its first
 /// record's framing; `None` for others (lists, tar shards).

@@ -5,13 +5,14 @@
 use std::path::{Path, PathBuf};
 
 use super::format::tar::is_tar_name;
-#[cfg(feature = "remote")]
-use super::join_key;
-#[cfg(feature = "remote")]
-use super::storage::remote::Listed;
-use super::storage::Located;
-use super::{Backing, FileIndex, Source};
 use crate::error::Error;
+use crate::source::index::FileIndex;
+#[cfg(feature = "remote")]
+use crate::source::storage::remote::join_key;
+#[cfg(feature = "remote")]
+use crate::source::storage::remote::Listed;
+use crate::source::storage::Located;
+use crate::source::{Backing, Source};
 
 /// Opens a source in object storage (see [`Source::from_url_with`]): through a manifest where
 /// there is one, else the object the URL names, else what its prefix lists.
@@ -72,13 +73,14 @@ fn remote_shards(
         None,
         store.limits.max_bytes_in_flight,
     )
+    .map(Source::from)
 }
 
 /// A manifest, named by the URL or in the prefix: one GET opens the dataset. `None` where
 /// the prefix has none.
 #[cfg(feature = "remote")]
 fn open_manifest(store: &StoreRef, key: &str) -> Result<Option<Source>, Error> {
-    use crate::source::format::manifest::{self, Manifest, MANIFEST_NAME};
+    use crate::source::format::manifest::{Manifest, MANIFEST_NAME};
     let named = key.ends_with(MANIFEST_NAME);
     let looks_like_a_file = key.rsplit('/').next().is_some_and(|n| n.contains('.'));
     if named || !looks_like_a_file {
@@ -94,10 +96,10 @@ fn open_manifest(store: &StoreRef, key: &str) -> Result<Option<Source>, Error> {
                 let parsed = Manifest::parse(&text, &url_of)?;
                 let prefix = parent_key(&manifest_key);
                 let options = &store.options;
-                return manifest::open(
+                return super::manifest::open(
                     parsed,
                     &url_of,
-                    manifest::Base::Remote {
+                    super::manifest::Base::Remote {
                         store: &store.store,
                         prefix: &prefix,
                     },
@@ -120,7 +122,7 @@ fn open_manifest(store: &StoreRef, key: &str) -> Result<Option<Source>, Error> {
 fn open_named_object(store: &StoreRef, url: &str, key: &str) -> Result<Option<Source>, Error> {
     use std::sync::Arc;
 
-    use crate::source::ObjectIndex;
+    use crate::source::format::objects::ObjectIndex;
 
     if is_tar_name(key) {
         let (size, mtime) = store.head(key)?;
@@ -202,9 +204,7 @@ fn open_listed(
         .filter(|o| container_name(&o.key) == Some(Container::Parquet))
         .collect();
     let keys = |v: &[&Listed]| v.iter().map(|o| PathBuf::from(&o.key)).collect::<Vec<_>>();
-    if !parquet.is_empty()
-        && crate::source::containers::beside_their_tars(&keys(&parquet), &keys(&tars))
-    {
+    if !parquet.is_empty() && super::containers::beside_their_tars(&keys(&parquet), &keys(&tars)) {
         // img2dataset's layout: the tar shards are the dataset.
         log::info!(
             "{url}: reading the tar shards; the parquet files beside them ({}, ...) are their \
@@ -255,7 +255,7 @@ fn open_listed(
             ));
         }
         let names: Vec<PathBuf> = found.iter().map(|o| PathBuf::from(&o.key)).collect();
-        crate::source::containers::one_set(Path::new(url), &names)?;
+        super::containers::one_set(Path::new(url), &names)?;
         let files = found
             .iter()
             .map(|o| Located::object(store, join_key(&key, &o.key), o.size, o.mtime))
@@ -302,7 +302,7 @@ fn open_images(
 ) -> Result<Source, Error> {
     use std::sync::Arc;
 
-    use crate::source::ObjectIndex;
+    use crate::source::format::objects::ObjectIndex;
 
     let images: Vec<_> = listed
         .iter()
@@ -378,7 +378,7 @@ enum Container {
 #[cfg(feature = "remote")]
 fn container_name(key: &str) -> Option<Container> {
     let name = key.rsplit('/').next().unwrap_or(key);
-    if crate::source::containers::is_parquet_name(name) {
+    if crate::source::format::dir::is_parquet_name(name) {
         Some(Container::Parquet)
     } else if crate::source::format::tfrecord::is_tfrecord_name(name) {
         Some(Container::TfRecord)
@@ -406,9 +406,7 @@ fn tfrecord_objects<'a>(
             Some(kind) => kind == Container::TfRecord,
             None => {
                 let name = o.key.rsplit('/').next().unwrap_or(&o.key);
-                o.size >= 12
-                    && !name.contains('.')
-                    && crate::source::containers::set_of(name).is_some()
+                o.size >= 12 && !name.contains('.') && super::containers::set_of(name).is_some()
             }
         })
         .collect();
@@ -417,7 +415,7 @@ fn tfrecord_objects<'a>(
         if container_name(&o.key).is_some() {
             return Ok(true);
         }
-        let file = Located::object(store, crate::source::join_key(key, &o.key), o.size, o.mtime);
+        let file = Located::object(store, join_key(key, &o.key), o.size, o.mtime);
         Ok(sniff_head(&file.head(SNIFF_BYTES)?).is_some())
     })?;
     Ok(candidates
@@ -443,10 +441,12 @@ fn open_containers(
             base,
             &store.options.tfrecord,
             None,
-        ),
+        )
+        .map(Source::from),
         #[cfg(feature = "parquet")]
         Container::Parquet => {
             crate::source::format::parquet::index_files(files, origin, base, &store.options.parquet)
+                .map(Source::from)
         }
         #[cfg(not(feature = "parquet"))]
         Container::Parquet => {
