@@ -129,7 +129,8 @@ pub use fields::{
 pub use loader::{Batches, Loader, LoaderState};
 pub use prefetch::Device;
 pub use rank::{Launch, Launcher, ShardPadding};
-pub use source::format::tar::{write_shards, write_shards_with, ShardsWritten};
+pub use source::format::tar::write::ShardsWritten;
+pub use source::write::{write_shards, write_shards_with};
 #[cfg(feature = "parquet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
 pub use source::ParquetOptions;

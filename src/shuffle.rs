@@ -23,11 +23,7 @@ use std::ops::Range;
 
 use crate::source::mix::MixSet;
 
-/// Samples mixed at once in a source read as streams when the user sets no block
-/// ([`LoaderBuilder::shuffle_buffer`](crate::LoaderBuilder::shuffle_buffer)): about four tar
-/// shards of 1,000 samples, or 40 row groups of `datasets`' 100. Costs no sample memory (the
-/// order is computed); the shards of one block are read at random within them.
-pub(crate) const DEFAULT_BLOCK: usize = 4096;
+pub(crate) use crate::source::format::read::DEFAULT_BLOCK;
 
 /// The shuffle stage's settings: whether epochs are shuffled, the mixing block, and whether
 /// the source is read as streams.

@@ -23,6 +23,7 @@ pub(crate) mod mix;
 mod open;
 mod options;
 pub(crate) mod storage;
+pub(crate) mod write;
 
 use std::path::{Path, PathBuf};
 
@@ -485,9 +486,7 @@ impl Source {
             return Ok(());
         }
         match &self.backing {
-            Backing::Tar(_) | Backing::TfRecord(_) => Ok(()),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.check_fields(fields),
+            Backing::Streams(s) => s.check_fields(fields),
             Backing::Files => self.index.check_fields(fields),
             #[cfg(feature = "remote")]
             Backing::Objects(_) => Err(Error::config(

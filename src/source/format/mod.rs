@@ -24,11 +24,7 @@ pub(crate) mod units;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-#[cfg(feature = "parquet")]
-use parquet::ParquetIndex;
-use read::{Reader, Sample, Step};
-use tar::TarSet;
-use tfrecord::TfRecordSet;
+use read::{Reader, Sample, Step, Streamed, DEFAULT_BLOCK};
 use units::Units;
 
 use crate::error::Error;
@@ -47,33 +43,15 @@ pub(crate) enum Backing {
     /// Objects: index paths are keys relative to `prefix` in `store`.
     #[cfg(feature = "remote")]
     Objects(Arc<ObjectIndex>),
-    /// Samples in tar shards.
-    Tar(Arc<TarSet>),
-    /// Records of TFRecord files.
-    TfRecord(Arc<TfRecordSet>),
-    /// Rows of parquet files.
-    #[cfg(feature = "parquet")]
-    Parquet(Arc<ParquetIndex>),
+    /// Samples in units read as streams: tar shards, TFRecord files, parquet row groups.
+    Streams(Arc<dyn Streamed>),
     /// Several sources in set proportions.
     Mix(Arc<crate::source::mix::MixSet>),
 }
 
-impl From<TarSet> for Backing {
-    fn from(set: TarSet) -> Backing {
-        Backing::Tar(Arc::new(set))
-    }
-}
-
-impl From<TfRecordSet> for Backing {
-    fn from(set: TfRecordSet) -> Backing {
-        Backing::TfRecord(Arc::new(set))
-    }
-}
-
-#[cfg(feature = "parquet")]
-impl From<ParquetIndex> for Backing {
-    fn from(set: ParquetIndex) -> Backing {
-        Backing::Parquet(Arc::new(set))
+impl<S: Streamed + 'static> From<S> for Backing {
+    fn from(set: S) -> Backing {
+        Backing::Streams(Arc::new(set))
     }
 }
 
@@ -84,10 +62,7 @@ impl Backing {
             Backing::Files => SourceKind::Files,
             #[cfg(feature = "remote")]
             Backing::Objects(_) => SourceKind::Objects,
-            Backing::Tar(_) => SourceKind::TarShards,
-            Backing::TfRecord(_) => SourceKind::TfRecord,
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(_) => SourceKind::Parquet,
+            Backing::Streams(s) => s.kind(),
             Backing::Mix(m) => m.kind(),
         }
     }
@@ -95,10 +70,7 @@ impl Backing {
     /// The units of a source read as streams; `None` for one read at random.
     pub(crate) fn units(&self) -> Option<&Units> {
         match self {
-            Backing::Tar(t) => Some(&t.units),
-            Backing::TfRecord(t) => Some(&t.units),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => Some(&p.units),
+            Backing::Streams(s) => Some(s.units()),
             _ => None,
         }
     }
@@ -106,28 +78,10 @@ impl Backing {
     /// The same kind of source over units `keep` only (in increasing order): a split by
     /// whole shards or row groups. `None` for sources without units.
     pub(crate) fn with_units(&self, keep: &[usize]) -> Option<Backing> {
-        Some(match self {
-            Backing::Tar(t) => Backing::Tar(Arc::new(TarSet {
-                units: t.units.subset(keep),
-                max_bytes_in_flight: t.max_bytes_in_flight,
-            })),
-            Backing::TfRecord(t) => Backing::TfRecord(Arc::new(TfRecordSet {
-                units: t.units.subset(keep),
-                compression: keep.iter().map(|&k| t.compression[k]).collect(),
-                image_keys: t.image_keys.clone(),
-                label_keys: t.label_keys.clone(),
-                max_bytes_in_flight: t.max_bytes_in_flight,
-            })),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => Backing::Parquet(Arc::new(parquet::ParquetIndex {
-                units: p.units.subset(keep),
-                files: p.files.clone(),
-                file_of: keep.iter().map(|&k| p.file_of[k]).collect(),
-                largest_group: p.largest_group,
-                max_bytes_in_flight: p.max_bytes_in_flight,
-            })),
-            _ => return None,
-        })
+        match self {
+            Backing::Streams(s) => Some(Backing::Streams(s.with_units(keep))),
+            _ => None,
+        }
     }
 
     /// A reader for the fetch loop or for random reads; `None` for local files, which the
@@ -144,10 +98,7 @@ impl Backing {
             Backing::Files => return None,
             #[cfg(feature = "remote")]
             Backing::Objects(o) => Box::new(o.reader(index)),
-            Backing::Tar(t) => Box::new(t.reader(block, fields)),
-            Backing::TfRecord(t) => Box::new(t.reader(block, fields)),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => Box::new(p.reader(block, fields)),
+            Backing::Streams(s) => s.clone().reader(block, fields),
             Backing::Mix(m) => Box::new(m.reader(fields)),
         };
         Some(reader)
@@ -275,22 +226,18 @@ impl Backing {
     /// of one shuffle block of `block` samples, and the format's own buffers.
     pub(crate) fn reader_bytes(&self, block: usize) -> u64 {
         match self {
-            Backing::Tar(t) => t.reader_bytes(block),
-            Backing::TfRecord(t) => t.reader_bytes(block),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.reader_bytes(block),
+            Backing::Streams(s) => s.reader_bytes(block),
             Backing::Mix(m) => m.reader_bytes(),
             _ => 0,
         }
     }
 
     /// The shuffle block of this source when the user sets none: what a reader's tables hold
-    /// well ([`crate::shuffle::DEFAULT_BLOCK`], or a parquet source's row groups that fit).
+    /// well ([`DEFAULT_BLOCK`], or a parquet source's row groups that fit).
     pub(crate) fn default_block(&self) -> usize {
         match self {
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => p.default_block(),
-            _ => crate::shuffle::DEFAULT_BLOCK,
+            Backing::Streams(s) => s.default_block().unwrap_or(DEFAULT_BLOCK),
+            _ => DEFAULT_BLOCK,
         }
     }
 
@@ -299,10 +246,7 @@ impl Backing {
     pub(crate) fn byte_bound(&self) -> Option<u64> {
         match self {
             Backing::Files => None,
-            Backing::Tar(t) => Some(t.byte_bound()),
-            Backing::TfRecord(t) => Some(t.byte_bound()),
-            #[cfg(feature = "parquet")]
-            Backing::Parquet(p) => Some(p.byte_bound()),
+            Backing::Streams(s) => Some(s.byte_bound()),
             #[cfg(feature = "remote")]
             Backing::Objects(o) => Some(o.store.limits.max_bytes_in_flight),
             Backing::Mix(m) => Some(m.byte_bound()),

@@ -395,7 +395,7 @@ fn check_codec(c: Compression, name: &str, what: &str) -> Result<(), Error> {
 /// image's length or why it is a bad sample.
 #[cfg_attr(not(feature = "unstable-tools"), allow(dead_code))]
 pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<usize, Error>>, Error> {
-    use crate::source::format::read::{Reader, Step};
+    use crate::source::format::read::{Step, Streamed};
     let name = "fuzz.parquet";
     let opened = index_files(
         vec![Located::memory(name, bytes)],
@@ -404,7 +404,7 @@ pub(crate) fn index_bytes(bytes: &[u8]) -> Result<Vec<Result<usize, Error>>, Err
         &ParquetOptions::default(),
     )?;
     let pq = Arc::new(opened.set);
-    let mut reader = pq.reader(1, &Default::default());
+    let mut reader = pq.clone().reader(1, &Default::default());
     let mut path = PathBuf::new();
     let mut out = Vec::new();
     for i in 0..pq.units.len() {

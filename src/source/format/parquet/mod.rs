@@ -36,6 +36,9 @@ use std::sync::Arc;
 
 use super::units::Units;
 use crate::error::Error;
+use crate::fields::FieldSpecs;
+use crate::source::format::read::{Reader, Streamed};
+use crate::source::kind::SourceKind;
 #[cfg(feature = "unstable-tools")]
 pub(crate) use index::index_bytes;
 #[cfg(feature = "remote")]
@@ -47,7 +50,7 @@ pub(crate) use read::ParquetReader;
 /// reads): a shuffle block of a parquet source spans what fits here.
 pub(crate) const READER_BYTES: u64 = 64 << 20;
 
-/// The columns and limits for parquet files (see [`Source::from_parquet_with`]).
+/// The columns and limits for parquet files (see [`Source::from_parquet_with`](crate::Source::from_parquet_with)).
 ///
 /// ```
 /// let options = imagefeed::ParquetOptions::default()
@@ -118,24 +121,50 @@ pub(crate) struct ParquetIndex {
     pub(crate) max_bytes_in_flight: u64,
 }
 
-impl ParquetIndex {
-    /// The fetch bound: fetched bytes.
-    pub(crate) fn byte_bound(&self) -> u64 {
+impl Streamed for ParquetIndex {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Parquet
+    }
+
+    fn units(&self) -> &Units {
+        &self.units
+    }
+
+    fn with_units(&self, keep: &[usize]) -> Arc<dyn Streamed> {
+        Arc::new(ParquetIndex {
+            units: self.units.subset(keep),
+            files: self.files.clone(),
+            file_of: keep.iter().map(|&k| self.file_of[k]).collect(),
+            largest_group: self.largest_group,
+            max_bytes_in_flight: self.max_bytes_in_flight,
+        })
+    }
+
+    fn byte_bound(&self) -> u64 {
         self.max_bytes_in_flight
     }
 
-    /// A reader whose row groups cover a shuffle block of `block` samples.
-    pub(crate) fn reader(
-        self: &Arc<Self>,
-        block: usize,
-        fields: &crate::fields::FieldSpecs,
-    ) -> ParquetReader {
-        ParquetReader::new(self.clone(), block, fields.clone())
+    fn reader(self: Arc<Self>, block: usize, fields: &FieldSpecs) -> Box<dyn Reader> {
+        Box::new(ParquetReader::new(self, block, fields.clone()))
     }
 
-    /// Checks that the first file has a column for every field that is not optional (the
-    /// others are checked as they are read).
-    pub(crate) fn check_fields(&self, fields: &crate::fields::FieldSpecs) -> Result<(), Error> {
+    /// The row groups of a block, at most [`READER_BYTES`] (or one group larger than that).
+    fn reader_bytes(&self, _block: usize) -> u64 {
+        READER_BYTES.max(self.largest_group)
+    }
+
+    /// As many whole row groups as [`READER_BYTES`] holds (at least one), at most 4,096 rows.
+    /// The order's blocks are whole units, so a reader holds one block's groups at a time.
+    fn default_block(&self) -> Option<usize> {
+        let groups = self.units.units.len().max(1) as u64;
+        let rows = (self.units.len() / groups).max(1);
+        let fits = (READER_BYTES / self.largest_group.max(1)).max(1);
+        Some(fits.saturating_mul(rows).clamp(1, 4096) as usize)
+    }
+
+    /// The first file has a column for every field that is not optional (the others are
+    /// checked as they are read).
+    fn check_fields(&self, fields: &FieldSpecs) -> Result<(), Error> {
         let Some(unit) = self.units.units.first() else {
             return Ok(());
         };
@@ -147,22 +176,6 @@ impl ParquetIndex {
             fields::resolve(&schema, field.name()).map_err(|why| Error::source(&name, why))?;
         }
         Ok(())
-    }
-
-    /// What a reader holds: the row groups of a block, at most [`READER_BYTES`] (or one group
-    /// larger than that).
-    pub(crate) fn reader_bytes(&self, _block: usize) -> u64 {
-        READER_BYTES.max(self.largest_group)
-    }
-
-    /// The shuffle block that fits the reader's row groups: as many whole groups as
-    /// [`READER_BYTES`] holds (at least one), at most 4,096 rows. The order's blocks are whole
-    /// units, so a reader holds one block's groups at a time.
-    pub(crate) fn default_block(&self) -> usize {
-        let groups = self.units.units.len().max(1) as u64;
-        let rows = (self.units.len() / groups).max(1);
-        let fits = (READER_BYTES / self.largest_group.max(1)).max(1);
-        fits.saturating_mul(rows).clamp(1, 4096) as usize
     }
 }
 

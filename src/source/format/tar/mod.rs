@@ -23,7 +23,7 @@
 mod index;
 mod read;
 mod sidecar;
-mod write;
+pub(crate) mod write;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +31,9 @@ use std::sync::Arc;
 use super::list::parse_label;
 use super::units::Units;
 use crate::error::{DecodeFailure, Error};
+use crate::fields::FieldSpecs;
+use crate::source::format::read::{Reader, Streamed};
+use crate::source::kind::SourceKind;
 
 #[cfg(feature = "unstable-tools")]
 pub(crate) use index::index_bytes;
@@ -39,7 +42,6 @@ pub(crate) use read::TarReader;
 #[cfg(feature = "remote")]
 pub(crate) use sidecar::{parse_sidecar, sidecar_name};
 pub(crate) use write::class_names_in;
-pub use write::{write_shards, write_shards_with, ShardsWritten};
 
 /// The largest `.cls` member read (a label is a short decimal number).
 const MAX_CLS_BYTES: u64 = 64;
@@ -128,23 +130,32 @@ impl Found {
     }
 }
 
-impl TarSet {
-    /// The fetch stage's byte bound.
-    pub(crate) fn byte_bound(&self) -> u64 {
+impl Streamed for TarSet {
+    fn kind(&self) -> SourceKind {
+        SourceKind::TarShards
+    }
+
+    fn units(&self) -> &Units {
+        &self.units
+    }
+
+    fn with_units(&self, keep: &[usize]) -> Arc<dyn Streamed> {
+        Arc::new(TarSet {
+            units: self.units.subset(keep),
+            max_bytes_in_flight: self.max_bytes_in_flight,
+        })
+    }
+
+    fn byte_bound(&self) -> u64 {
         self.max_bytes_in_flight
     }
 
-    /// A reader whose shard tables cover a shuffle block of `block` samples.
-    pub(crate) fn reader(
-        self: &Arc<Self>,
-        block: usize,
-        fields: &crate::fields::FieldSpecs,
-    ) -> TarReader {
-        TarReader::new(self.clone(), block, fields.clone())
+    fn reader(self: Arc<Self>, block: usize, fields: &FieldSpecs) -> Box<dyn Reader> {
+        Box::new(TarReader::new(self, block, fields.clone()))
     }
 
-    /// What a reader holds: the tables of the shards of a block (about 64 bytes a sample).
-    pub(crate) fn reader_bytes(&self, block: usize) -> u64 {
+    /// The tables of the shards of a block (about 64 bytes a sample).
+    fn reader_bytes(&self, block: usize) -> u64 {
         let units = &self.units;
         let mean = units.len() / (units.units.len() as u64).max(1);
         let tables = super::units::tables_for(block, mean) as u64;

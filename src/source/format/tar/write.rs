@@ -1,4 +1,5 @@
-//! Writing a source as tar shards (`imagefeed shards`, [`write_shards`]).
+//! Writing samples as tar shards: the shards, their sidecar indexes, their manifest and class
+//! names (`imagefeed shards`, [`write_shards`](crate::write_shards)).
 
 use std::path::{Path, PathBuf};
 
@@ -6,9 +7,8 @@ use super::sidecar::write_sidecar;
 use super::{is_tar_name, Found};
 use crate::error::Error;
 use crate::source::format::dir::IMAGE_EXTENSIONS;
-use crate::source::Source;
 
-/// What [`write_shards`] wrote.
+/// What [`write_shards`](crate::write_shards) wrote.
 #[derive(Debug, Clone)]
 pub struct ShardsWritten {
     /// The shard files, in order.
@@ -19,100 +19,18 @@ pub struct ShardsWritten {
     pub bytes: u64,
 }
 
-/// Writes `source` as tar shards in the WebDataset layout into `out_dir` (created if
-/// missing): `shard-000000.tar`, `shard-000001.tar`, … of `shard_size` samples each, and a
-/// manifest of them (`imagefeed-manifest.tsv`, see [`Source::write_manifest`]). Sample
-/// `i` of the source (in a seeded random order when `shuffle_seed` is given, which a shuffle
-/// buffer of a few shards then mixes well; in source order otherwise) becomes the members
-/// `KKKKKKKKK.jpg` (the original bytes, with the original extension) and `KKKKKKKKK.cls` (its
-/// label), where `KKKKKKKKK` is `i`, zero-padded: a key always leads back to the source's
-/// sample. A tar source's other members (`KEY.txt`, `KEY.json`, …) are kept as
-/// `KKKKKKKKK.txt`, …; [`write_shards_with`] writes other sources' fields too. The source's
-/// [class names](Source::class_names) go into `imagefeed-classes.txt` beside the shards,
-/// where opening them reads them back.
-///
-/// Each shard is written to `NAME.partial` and renamed when complete, so a shard file is
-/// never half-written. Existing shards are never overwritten: `out_dir` must not hold any
-/// `shard-*.tar` file.
-///
-/// ```
-/// # fn main() -> Result<(), imagefeed::Error> {
-/// use imagefeed::{write_shards, Source};
-/// let source = Source::from_dir("testdata/classes")?;
-/// let out = tempfile::tempdir().unwrap();
-/// let written = write_shards(&source, out.path(), 4, Some(0))?;
-/// assert_eq!(written.samples as usize, source.len());
-/// let shards = Source::open(out.path())?;
-/// assert_eq!(shards.len(), source.len());
-/// # Ok(()) }
-/// ```
-///
-/// # Errors
-/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a `shard_size` of 0,
-/// [`ErrorKind::Source`](crate::ErrorKind::Source) if `out_dir` already holds shards, and the
-/// error naming the sample or shard file when a sample cannot be read or a shard written (the
-/// shard being written is removed; the complete ones stay).
-pub fn write_shards(
-    source: &Source,
-    out_dir: impl AsRef<Path>,
+/// Writes the samples `order` (dataset indices, read by `read`) into `out_dir` as shards of
+/// `shard_size` samples, with each shard's sidecar index, their manifest, and `class_names`
+/// beside them ([`write_shards_with`](crate::write_shards_with) reads them from a source).
+pub(crate) fn write_samples(
+    out_dir: &Path,
+    order: &[u32],
     shard_size: usize,
-    shuffle_seed: Option<u64>,
+    read: &mut impl FnMut(usize) -> Result<Read, Error>,
+    specs: &crate::fields::FieldSpecs,
+    class_names: Option<&[String]>,
 ) -> Result<ShardsWritten, Error> {
-    write_shards_with(source, out_dir, shard_size, shuffle_seed, &[])
-}
-
-/// [`write_shards`], with each sample's `fields` (a parquet column, a TFRecord feature, a TSV
-/// list's column; see [`Field`](crate::Field)) written as the member `KKKKKKKKK.NAME`: text
-/// and bytes as they are, numbers as text (`1 2 3`). A required field a sample lacks is an
-/// error naming it; an [optional](crate::Field::optional) one is left out.
-///
-/// # Errors
-/// As [`write_shards`], and [`ErrorKind::Field`](crate::ErrorKind::Field) naming the sample
-/// and the field.
-pub fn write_shards_with(
-    source: &Source,
-    out_dir: impl AsRef<Path>,
-    shard_size: usize,
-    shuffle_seed: Option<u64>,
-    fields: &[crate::fields::Field],
-) -> Result<ShardsWritten, Error> {
-    let out_dir = out_dir.as_ref();
-    let specs = crate::fields::FieldSpecs::new(fields, crate::fields::MAX_FIELD_LIMIT);
-    specs.validate()?;
-    source.check_fields(&specs)?;
-    if shard_size == 0 {
-        return Err(Error::config("shard_size", "must be at least 1"));
-    }
     check_out_dir(out_dir)?;
-    let n = source.len();
-    let order: Vec<u32> = match shuffle_seed {
-        Some(seed) => crate::rng::permutation(
-            n as u32,
-            &mut crate::rng::Rng::for_stage(seed, 0, crate::rng::STAGE_PERMUTATION),
-        ),
-        None => (0..n as u32).collect(),
-    };
-    let limit = 256u64 << 20;
-    // One reader for the whole run: its shard tables are read once, not once a sample (the
-    // tables of 64 shards at most are kept: shuffled, samples come from every shard).
-    let mut reader = source.backing.reader(&source.index, 64 * 1000, &specs);
-    let mut read = |i: usize| -> Result<Read, Error> {
-        let Some(r) = reader.as_mut() else {
-            let (sample, name) = source.read_sample_with(i, limit, &specs)?;
-            return Ok((sample, name, Vec::new()));
-        };
-        let mut name = PathBuf::new();
-        let sample = match r.read(i as u32, &mut name, limit) {
-            crate::source::format::read::Step::Done(s) => s?,
-            #[cfg(feature = "remote")]
-            crate::source::format::read::Step::Pending(f) => match r.store() {
-                Some((store, _)) => store.block_on(f)?,
-                None => return Err(Error::io(&name, std::io::Error::other("no store"))),
-            },
-        };
-        let others = r.other_members(i as u32)?;
-        Ok((sample, name, others))
-    };
     // Each shard's manifest line, written beside the shards at the end.
     let mut lines = Vec::new();
     let mut written = ShardsWritten {
@@ -123,7 +41,7 @@ pub fn write_shards_with(
     for (k, chunk) in order.chunks(shard_size).enumerate() {
         let final_path = out_dir.join(format!("shard-{k:06}.tar"));
         let partial = out_dir.join(format!("shard-{k:06}.tar.partial"));
-        let result = write_shard(&partial, chunk, &mut read, &specs);
+        let result = write_shard(&partial, chunk, read, specs);
         match result {
             Ok((bytes, found)) => {
                 std::fs::rename(&partial, &final_path).map_err(|e| Error::io(&final_path, e))?;
@@ -157,7 +75,7 @@ pub fn write_shards_with(
     };
     let path = out_dir.join(crate::source::format::manifest::MANIFEST_NAME);
     std::fs::write(&path, manifest.to_text()).map_err(|e| Error::io(&path, e))?;
-    if let Some(names) = source.class_names() {
+    if let Some(names) = class_names {
         let path = out_dir.join(CLASSES_NAME);
         let text: String = names.iter().map(|n| format!("{n}\n")).collect();
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
@@ -190,7 +108,7 @@ fn check_out_dir(out_dir: &Path) -> Result<(), Error> {
 
 /// A sample read for re-sharding: its image and label (and fields), its name, and its other
 /// members.
-type Read = (
+pub(crate) type Read = (
     crate::source::format::read::Sample,
     PathBuf,
     crate::source::format::read::Members,

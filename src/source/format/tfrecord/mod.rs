@@ -38,11 +38,13 @@ pub(crate) use example::{pick, walk, Fault, Problem, Slice};
 
 use super::units::{common_parent, in_parallel, Tally, Unit, Units};
 use crate::error::Error;
-use crate::source::format::read::Opened;
+use crate::fields::FieldSpecs;
+use crate::source::format::read::{Opened, Reader, Streamed};
 use crate::source::index::FileIndex;
+use crate::source::kind::SourceKind;
 use crate::source::storage::{Located, Place};
 
-/// The feature keys and limits for TFRecord shards (see [`Source::from_tfrecords_with`]).
+/// The feature keys and limits for TFRecord shards (see [`Source::from_tfrecords_with`](crate::Source::from_tfrecords_with)).
 ///
 /// ```
 /// let options = imagefeed::TfRecordOptions::default()
@@ -124,27 +126,42 @@ pub(crate) struct TfRecordSet {
     pub(crate) max_bytes_in_flight: u64,
 }
 
-impl TfRecordSet {
-    pub(crate) fn byte_bound(&self) -> u64 {
+impl Streamed for TfRecordSet {
+    fn kind(&self) -> SourceKind {
+        SourceKind::TfRecord
+    }
+
+    fn units(&self) -> &Units {
+        &self.units
+    }
+
+    fn with_units(&self, keep: &[usize]) -> Arc<dyn Streamed> {
+        Arc::new(TfRecordSet {
+            units: self.units.subset(keep),
+            compression: keep.iter().map(|&k| self.compression[k]).collect(),
+            image_keys: self.image_keys.clone(),
+            label_keys: self.label_keys.clone(),
+            max_bytes_in_flight: self.max_bytes_in_flight,
+        })
+    }
+
+    fn byte_bound(&self) -> u64 {
         self.max_bytes_in_flight
     }
 
-    /// A reader whose file tables cover a shuffle block of `block` samples.
-    pub(crate) fn reader(
-        self: &Arc<Self>,
-        block: usize,
-        fields: &crate::fields::FieldSpecs,
-    ) -> read::TfRecordReader {
-        read::TfRecordReader::new(self.clone(), block, fields.clone())
+    fn reader(self: Arc<Self>, block: usize, fields: &FieldSpecs) -> Box<dyn Reader> {
+        Box::new(read::TfRecordReader::new(self, block, fields.clone()))
     }
 
-    /// What a reader holds: the tables of the files of a block (about 40 bytes a record).
-    pub(crate) fn reader_bytes(&self, block: usize) -> u64 {
+    /// The tables of the files of a block (about 40 bytes a record).
+    fn reader_bytes(&self, block: usize) -> u64 {
         let mean = self.units.len() / (self.units.units.len() as u64).max(1);
         let tables = super::units::tables_for(block, mean) as u64;
         tables.saturating_mul(mean).saturating_mul(48)
     }
+}
 
+impl TfRecordSet {
     /// Unit `k`'s table: every record walked again (a compressed file inflated into a
     /// temporary file on the way), checked to hold the records opening counted.
     pub(crate) fn table(&self, k: usize) -> Result<read::Table, Error> {
