@@ -2,6 +2,7 @@
 //! TFRecord or parquet files, a manifest, a pattern of names), classified once, and the
 //! [`Source`](crate::Source) constructors that open each.
 
+mod classify;
 mod containers;
 mod manifest;
 mod pattern;
@@ -13,7 +14,6 @@ use std::path::{Path, PathBuf};
 use crate::error::Error;
 use crate::source::format;
 use crate::source::format::dir::class_folder_with_images;
-use crate::source::format::list::shown;
 #[cfg(feature = "parquet")]
 use crate::source::format::parquet::ParquetOptions;
 use crate::source::format::tfrecord::TfRecordOptions;
@@ -157,32 +157,13 @@ impl Source {
             if let Some(source) = containers::open_dir(path, options)? {
                 return Ok(source);
             }
-            let shards = format::tar::tar_files_in(path)?;
-            if shards.is_empty() {
-                // A dataset repository's root (the Hub's): its files are in `data/`.
-                let data = path.join("data");
-                if data.is_dir() && class_folder_with_images(path)?.is_none() {
-                    log::info!("{}: reading its data/ folder", path.display());
-                    return Source::open_as_is(&data, options);
-                }
-                return Source::from_dir(path);
+            // A dataset repository's root (the Hub's): its files are in `data/`.
+            let data = path.join("data");
+            if data.is_dir() && class_folder_with_images(path)?.is_none() {
+                log::info!("{}: reading its data/ folder", path.display());
+                return Source::open_as_is(&data, options);
             }
-            // Shards beside class folders (the archive the folders came from, say): reading
-            // either would drop the other's samples, or their labels, without a word.
-            if let Some(class) = class_folder_with_images(path)? {
-                let shard = shards[0].file_name().unwrap_or_default().to_string_lossy();
-                return Err(Error::source(
-                    path,
-                    format!(
-                        "holds both tar shards ({shard}{}) and class folders ({}/ holds images): \
-                         move one kind out, or open them explicitly with Source::from_tar_shards \
-                         or Source::from_dir",
-                        if shards.len() > 1 { ", ..." } else { "" },
-                        shown(class.as_encoded_bytes())
-                    ),
-                ));
-            }
-            Source::from_tar_shards(shards)
+            Source::from_dir(path)
         } else if format::manifest::is_manifest(path) {
             Source::from_manifest_file(path)
         } else if format::tar::is_tar_name(&path.to_string_lossy()) {

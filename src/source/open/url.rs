@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::format::tar::is_tar_name;
+use super::classify::{classify, may_be_record, set_of, Kind, Listed as Where};
 use crate::error::Error;
 use crate::source::index::FileIndex;
 #[cfg(feature = "remote")]
@@ -58,24 +58,6 @@ impl std::ops::Deref for Remote {
 #[cfg(feature = "remote")]
 type StoreRef = Remote;
 
-/// Tar shards in object storage, as one source.
-#[cfg(feature = "remote")]
-fn remote_shards(
-    store: &StoreRef,
-    url: &str,
-    shards: Vec<Located>,
-    base: &str,
-) -> Result<Source, Error> {
-    crate::source::format::tar::open_shards(
-        shards.into_iter().map(std::sync::Arc::new).collect(),
-        PathBuf::from(url),
-        PathBuf::from(store.url_of(base)),
-        None,
-        store.limits.max_bytes_in_flight,
-    )
-    .map(Source::from)
-}
-
 /// A manifest, named by the URL or in the prefix: one GET opens the dataset. `None` where
 /// the prefix has none.
 #[cfg(feature = "remote")]
@@ -124,16 +106,11 @@ fn open_named_object(store: &StoreRef, url: &str, key: &str) -> Result<Option<So
 
     use crate::source::format::objects::ObjectIndex;
 
-    if is_tar_name(key) {
-        let (size, mtime) = store.head(key)?;
-        let shard = Located::object(store, key.to_string(), size, mtime);
-        return remote_shards(store, url, vec![shard], &parent_key(key)).map(Some);
-    }
-    if let Some(kind) = container_name(key) {
+    if let Some(kind) = Kind::of_name(key) {
         let (size, mtime) = store.head(key)?;
         let file = Located::object(store, key.to_string(), size, mtime);
         let base = PathBuf::from(store.url_of(&parent_key(key)));
-        return open_containers(store, kind, vec![file], PathBuf::from(url), base).map(Some);
+        return open_kind(store, kind, vec![file], url, base).map(Some);
     }
     if key.to_ascii_lowercase().ends_with(".txt") {
         let parent = parent_key(key);
@@ -187,8 +164,7 @@ fn list_prefix(
     Ok((listed, key))
 }
 
-/// The source a listing holds: one kind of container files, tar shards, or images; two kinds
-/// side by side are an error naming both.
+/// The source a listing holds: one kind of data files (`classify.rs`), or images.
 #[cfg(feature = "remote")]
 fn open_listed(
     store: &StoreRef,
@@ -196,100 +172,41 @@ fn open_listed(
     key: String,
     listed: &[Listed],
 ) -> Result<Source, Error> {
-    let visible = |o: &&Listed| !o.key.split('/').any(|c| c.starts_with('.'));
-    let tars: Vec<_> = listed.iter().filter(|o| is_tar_name(&o.key)).collect();
-    let mut parquet: Vec<&Listed> = listed
+    let names: Vec<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+    let records = unnamed_records(store, &key, listed)?;
+    // An image in a class "folder" (a key with a `/`), as a local folder's class folders.
+    let class_image = listed
         .iter()
-        .filter(visible)
-        .filter(|o| container_name(&o.key) == Some(Container::Parquet))
-        .collect();
-    let keys = |v: &[&Listed]| v.iter().map(|o| PathBuf::from(&o.key)).collect::<Vec<_>>();
-    if !parquet.is_empty() && super::containers::beside_their_tars(&keys(&parquet), &keys(&tars)) {
-        // img2dataset's layout: the tar shards are the dataset.
-        log::info!(
-            "{url}: reading the tar shards; the parquet files beside them ({}, ...) are their \
-             metadata, as img2dataset writes it",
-            parquet[0].key
-        );
-        parquet.clear();
-    }
-    let records = tfrecord_objects(store, &key, listed)?;
-    let kinds = [
-        ("tar shards", tars.first().copied()),
-        ("parquet files", parquet.first().copied()),
-        ("TFRecord files", records.first().copied()),
-    ];
-    let mut present = kinds.iter().filter_map(|(what, o)| o.map(|o| (*what, o)));
-    if let (Some(a), Some(b)) = (present.next(), present.next()) {
-        return Err(Error::source(
-            url,
-            format!(
-                "holds both {} ({}) and {} ({}): move one kind to another prefix",
-                a.0, a.1.key, b.0, b.1.key
-            ),
-        ));
-    }
-    for (kind, found) in [
-        (Container::Parquet, &parquet),
-        (Container::TfRecord, &records),
-    ] {
-        if found.is_empty() {
-            continue;
-        }
-        let what = if kind == Container::Parquet {
-            "parquet files"
-        } else {
-            "TFRecord files"
-        };
-        if let Some(image) = listed.iter().filter(visible).find(|o| {
+        .find(|o| {
             o.key.contains('/')
                 && crate::source::format::dir::has_image_extension(Path::new(&o.key))
-        }) {
-            return Err(Error::source(
-                url,
-                format!(
-                    "holds both {what} ({}) and class folders of images ({}): move one kind to \
-                     another prefix",
-                    found[0].key, image.key
-                ),
-            ));
+                && !o.key.split('/').any(|c| c.starts_with('.'))
+        })
+        .map(|o| o.key.as_str());
+    match classify(Path::new(url), &names, &records, class_image, Where::Store)? {
+        Some((kind, chosen)) => {
+            let files = chosen
+                .into_iter()
+                .map(|i| &listed[i])
+                .map(|o| Located::object(store, join_key(&key, &o.key), o.size, o.mtime))
+                .collect();
+            open_kind(store, kind, files, url, PathBuf::from(store.url_of(&key)))
         }
-        let names: Vec<PathBuf> = found.iter().map(|o| PathBuf::from(&o.key)).collect();
-        super::containers::one_set(Path::new(url), &names)?;
-        let files = found
-            .iter()
-            .map(|o| Located::object(store, join_key(&key, &o.key), o.size, o.mtime))
-            .collect();
-        let base = PathBuf::from(store.url_of(&key));
-        return open_containers(store, kind, files, PathBuf::from(url), base);
+        None => open_images(store, url, key, listed),
     }
-    // Shards beside class "folders" of images, as for a local folder: reading either would
-    // drop the other's samples or labels without a word.
-    let class_image = listed.iter().find(|o| {
-        o.key.contains('/')
-            && crate::source::format::dir::has_image_extension(Path::new(&o.key))
-            && !o.key.split('/').any(|c| c.starts_with('.'))
-    });
-    if let (Some(tar), Some(image)) = (tars.first(), class_image) {
-        return Err(Error::source(
-            url,
-            format!(
-                "holds both tar shards ({}{}) and class folders of images ({}): move one kind to \
-                 another prefix",
-                tar.key,
-                if tars.len() > 1 { ", ..." } else { "" },
-                image.key
-            ),
-        ));
-    }
-    if !tars.is_empty() {
-        let shards = tars
-            .into_iter()
-            .map(|o| Located::object(store, join_key(&key, &o.key), o.size, o.mtime))
-            .collect();
-        return remote_shards(store, url, shards, &key);
-    }
-    open_images(store, url, key, listed)
+}
+
+/// Opens objects of one kind, with the store's options and limits.
+#[cfg(feature = "remote")]
+fn open_kind(
+    store: &StoreRef,
+    kind: Kind,
+    files: Vec<Located>,
+    url: &str,
+    base: PathBuf,
+) -> Result<Source, Error> {
+    let bound = store.limits.max_bytes_in_flight;
+    kind.open(files, PathBuf::from(url), base, &store.options, bound)
 }
 
 /// The images of a listing: in class "folders" (first key component) when there are any.
@@ -366,92 +283,36 @@ fn parent_key(key: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The container formats an object can be one file of.
+/// For each listed object, whether it is a TFRecord file told by its framing alone: one named
+/// as a shard of a set (`train-00000-of-01024`, without an extension) whose first record's
+/// framing checks (its first 4 KiB asked for, in parallel).
 #[cfg(feature = "remote")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Container {
-    Parquet,
-    TfRecord,
-}
-
-/// The container an object is a file of, by its name alone.
-#[cfg(feature = "remote")]
-fn container_name(key: &str) -> Option<Container> {
-    let name = key.rsplit('/').next().unwrap_or(key);
-    if crate::source::format::dir::is_parquet_name(name) {
-        Some(Container::Parquet)
-    } else if crate::source::format::tfrecord::is_tfrecord_name(name) {
-        Some(Container::TfRecord)
-    } else {
-        None
-    }
-}
-
-/// The TFRecord shards among `listed`: named as such, or named as a shard of a set
-/// (`train-00000-of-01024`, without an extension of another kind) with a first record whose
-/// framing checks (its first 4 KiB asked for).
-#[cfg(feature = "remote")]
-fn tfrecord_objects<'a>(
+fn unnamed_records(
     store: &std::sync::Arc<crate::source::storage::remote::Store>,
     key: &str,
-    listed: &'a [crate::source::storage::remote::Listed],
-) -> Result<Vec<&'a crate::source::storage::remote::Listed>, Error> {
+    listed: &[Listed],
+) -> Result<Vec<bool>, Error> {
     use crate::source::format::tfrecord::{sniff_head, SNIFF_BYTES};
-    let visible =
-        |o: &&crate::source::storage::remote::Listed| !o.key.split('/').any(|c| c.starts_with('.'));
-    let candidates: Vec<&crate::source::storage::remote::Listed> = listed
-        .iter()
-        .filter(visible)
-        .filter(|o| match container_name(&o.key) {
-            Some(kind) => kind == Container::TfRecord,
-            None => {
-                let name = o.key.rsplit('/').next().unwrap_or(&o.key);
-                o.size >= 12 && !name.contains('.') && super::containers::set_of(name).is_some()
-            }
+    let candidates: Vec<usize> = (0..listed.len())
+        .filter(|&i| {
+            let o = &listed[i];
+            let name = o.key.rsplit('/').next().unwrap_or(&o.key);
+            o.size >= 12
+                && !o.key.split('/').any(|c| c.starts_with('.'))
+                && !name.contains('.')
+                && may_be_record(name)
+                && set_of(name).is_some()
         })
         .collect();
-    let keep = crate::source::format::units::in_parallel(candidates.len(), Path::new(key), |k| {
-        let o = candidates[k];
-        if container_name(&o.key).is_some() {
-            return Ok(true);
-        }
-        let file = Located::object(store, join_key(key, &o.key), o.size, o.mtime);
-        Ok(sniff_head(&file.head(SNIFF_BYTES)?).is_some())
-    })?;
-    Ok(candidates
-        .into_iter()
-        .zip(keep)
-        .filter_map(|(o, k)| k.then_some(o))
-        .collect())
-}
-
-/// Indexes parquet files or TFRecord shards in object storage, with the store's options.
-#[cfg(feature = "remote")]
-fn open_containers(
-    store: &StoreRef,
-    kind: Container,
-    files: Vec<Located>,
-    origin: PathBuf,
-    base: PathBuf,
-) -> Result<Source, Error> {
-    match kind {
-        Container::TfRecord => crate::source::format::tfrecord::index_files(
-            files,
-            origin,
-            base,
-            &store.options.tfrecord,
-            None,
-        )
-        .map(Source::from),
-        #[cfg(feature = "parquet")]
-        Container::Parquet => {
-            crate::source::format::parquet::index_files(files, origin, base, &store.options.parquet)
-                .map(Source::from)
-        }
-        #[cfg(not(feature = "parquet"))]
-        Container::Parquet => {
-            let _ = (files, origin, base);
-            Err(Error::feature_disabled("parquet"))
-        }
+    let sniffed =
+        crate::source::format::units::in_parallel(candidates.len(), Path::new(key), |k| {
+            let o = &listed[candidates[k]];
+            let file = Located::object(store, join_key(key, &o.key), o.size, o.mtime);
+            Ok(sniff_head(&file.head(SNIFF_BYTES)?).is_some())
+        })?;
+    let mut out = vec![false; listed.len()];
+    for (&i, found) in candidates.iter().zip(sniffed) {
+        out[i] = found;
     }
+    Ok(out)
 }

@@ -41,8 +41,6 @@ use crate::source::format::read::{Reader, Streamed};
 use crate::source::kind::SourceKind;
 #[cfg(feature = "unstable-tools")]
 pub(crate) use index::index_bytes;
-#[cfg(feature = "remote")]
-pub(crate) use index::index_files;
 pub(crate) use index::{index_files_with, index_local};
 pub(crate) use read::ParquetReader;
 

@@ -25,7 +25,7 @@ mod read;
 mod sidecar;
 pub(crate) mod write;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::list::parse_label;
@@ -68,23 +68,6 @@ pub(crate) fn looks_like_url(s: &str) -> bool {
         }
         None => false,
     }
-}
-
-/// The `*.tar` files directly in `dir`, sorted.
-pub(crate) fn tar_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let name = entry.file_name();
-        if crate::source::format::dir::is_hidden(&name) || !is_tar_name(&name.to_string_lossy()) {
-            continue;
-        }
-        if entry.path().is_file() {
-            out.push(entry.path());
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// Tar shards: their units (one a shard) and what reading them needs.
