@@ -1,4 +1,4 @@
-//! The whole pipeline, images/s: a 256-image corpus from `imagefeed::tools::corpus`, f32 160×160
+//! The whole pipeline, images/s: a 256-image corpus from `imagefeed_testkit::corpus`, f32 160×160
 //! batches of 64, with 1 and 2 decode threads, and from a warm on-disk cache.
 //! `cargo bench --bench pipeline`
 
@@ -14,7 +14,7 @@ fn run(loader: &Loader, epoch: u64) -> usize {
 
 fn pipeline(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let corpus = imagefeed::tools::corpus::generate(dir.path(), IMAGES, 0).expect("corpus");
+    let corpus = imagefeed_testkit::corpus::generate(dir.path(), IMAGES, 0).expect("corpus");
     let source = Source::from_list_file(&corpus.list).expect("list");
     let mut g = c.benchmark_group("pipeline_f32_160");
     g.sample_size(10);

@@ -147,7 +147,7 @@ fn captioned_corpus(
         "{} seen from afar",
         "my {}",
     ];
-    let corpus = imagefeed::tools::corpus::generate(&dir.join("images"), count, 1)?;
+    let corpus = imagefeed_testkit::corpus::generate(&dir.join("images"), count, 1)?;
     let images = Source::open(&corpus.list)?;
     let mut tsv = String::from("path\tlabel\ttxt\n");
     for i in 0..images.len() {

@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let peak = imagefeed::tools::procinfo::peak_rss_bytes().unwrap_or(0);
+    let peak = imagefeed_testkit::procinfo::peak_rss_bytes().unwrap_or(0);
     println!(
         "in-memory baseline: {} images, {secs:.2} s, {:.0} images/s, array {:.1} MB, peak RSS {:.1} MB",
         labels.len(),

@@ -7,7 +7,7 @@
 
 use imagefeed::{Loader, Source};
 
-const CLASSES: usize = imagefeed::tools::corpus::CLASSES as usize;
+const CLASSES: usize = imagefeed_testkit::corpus::CLASSES as usize;
 const SIZE: u32 = 32;
 const FEATURES: usize = (SIZE * SIZE * 3) as usize;
 
@@ -15,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
     let list = match std::env::args().nth(1) {
         Some(p) => p.into(),
-        None => imagefeed::tools::corpus::generate(tmp.path(), 1000, 1)?.list,
+        None => imagefeed_testkit::corpus::generate(tmp.path(), 1000, 1)?.list,
     };
     let loader = Loader::builder(Source::open(&list)?)
         .image_size(SIZE)
@@ -73,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "epoch {epoch}: loss {:.3}, train accuracy {:.1}% ({seen} images, peak RSS {:.0} MB)",
             loss_sum / seen.max(1) as f64,
             100.0 * correct as f64 / seen.max(1) as f64,
-            imagefeed::tools::procinfo::peak_rss_bytes().unwrap_or(0) as f64 / 1e6
+            imagefeed_testkit::procinfo::peak_rss_bytes().unwrap_or(0) as f64 / 1e6
         );
     }
     Ok(())

@@ -305,7 +305,8 @@ mod tests {
     fn a_source_of_large_photos_raises_the_decode_share() {
         let dir = tempfile::tempdir().unwrap();
         let corpus =
-            crate::tools::corpus::generate_sized(dir.path(), 4, 1, Some((3000, 3000))).unwrap();
+            imagefeed_testkit::corpus::generate_sized(dir.path(), 4, 1, Some((3000, 3000)))
+                .unwrap();
         let photos = Source::from_list_file(&corpus.list).unwrap();
         // Decoded whole, a 3000-pixel photo needs far more than the floor a thread's share
         // starts at.

@@ -94,7 +94,7 @@ fn no_heap_allocation_per_image_in_steady_state() {
     // One test, so that no other test allocates while this one counts.
     where_allocations_happen();
     let dir = tempfile::tempdir().unwrap();
-    imagefeed::tools::corpus::generate(dir.path(), 64, 3).unwrap();
+    imagefeed_testkit::corpus::generate(dir.path(), 64, 3).unwrap();
     let resizer = resizer_allocations() as f64;
     for cache in [false, true] {
         let small = allocations_per_epoch(96, dir.path(), cache);

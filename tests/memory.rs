@@ -9,8 +9,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use imagefeed::tools::procinfo;
 use imagefeed::{Loader, Source};
+use imagefeed_testkit::procinfo;
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {
@@ -29,7 +29,7 @@ fn tune_allocator() {}
 fn peak_rss_stays_within_the_steady_budget_and_flat_over_epochs() {
     tune_allocator();
     let dir = tempfile::tempdir().unwrap();
-    let corpus = imagefeed::tools::corpus::generate(dir.path(), 300, 3).unwrap();
+    let corpus = imagefeed_testkit::corpus::generate(dir.path(), 300, 3).unwrap();
     let source = Source::from_list_file(&corpus.list).unwrap();
     let Some(before) = procinfo::rss_bytes() else {
         println!("skipped: this system has no /proc/self/status");

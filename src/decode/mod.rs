@@ -50,8 +50,6 @@ use crate::image::{Decoded, Rect};
 // The decode stage produces samples: it decodes an image and hands it to the transforms
 // (crop geometry, resize, orientation, flip). The rest of the crate reaches the transforms
 // through these names, so that `transform/` has one caller.
-#[cfg(feature = "unstable-tools")]
-pub(crate) use crate::transform::orient;
 pub(crate) use crate::transform::{
     base_len, crop_box, display_dims, flip_horizontal, resize_working_set, to_stored, Draw,
     Geometry, Resizer, RESIZE_RETAINED_BYTES,

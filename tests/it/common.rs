@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: paths into `testdata/`, corpora (a realistic one
-//! from `imagefeed::tools::corpus`, and small "id-coded" ones whose pixels say which sample they are),
+//! from `imagefeed_testkit::corpus`, and small "id-coded" ones whose pixels say which sample they are),
 //! a loader over one file, pixel metrics, a watchdog against hangs, and running a test alone in
 //! a child process.
 
@@ -61,7 +61,7 @@ pub(crate) fn testdata(rel: &str) -> PathBuf {
     root.join("testdata").join(rel)
 }
 
-/// A realistic corpus written by [`imagefeed::tools::corpus::generate`] (`class_XX/` folders plus
+/// A realistic corpus written by [`imagefeed_testkit::corpus::generate`] (`class_XX/` folders plus
 /// `files.txt`), shared read-only by all tests. Generating takes tens of milliseconds an image
 /// in a debug build, so it is cached in cargo's per-target temporary folder, keyed on count
 /// and seed; a half-written cache is never reused (it is renamed into place when complete).
@@ -79,7 +79,7 @@ pub(crate) fn corpus(count: usize, seed: u64) -> PathBuf {
         .prefix("it-corpus-partial-")
         .tempdir_in(tmp_root)
         .unwrap();
-    imagefeed::tools::corpus::generate(tmp.path(), count, seed).unwrap();
+    imagefeed_testkit::corpus::generate(tmp.path(), count, seed).unwrap();
     let tmp = tmp.keep();
     if std::fs::rename(&tmp, &dir).is_err() {
         // Another test process finished the same corpus first.

@@ -1063,9 +1063,9 @@ fn a_png_with_a_huge_icc_profile_costs_no_memory() {
     std::fs::write(&path, &bomb).unwrap();
     let plain = dir.path().join("plain.png");
     std::fs::write(&plain, &png).unwrap();
-    let before = imagefeed::tools::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let before = imagefeed_testkit::procinfo::peak_rss_bytes().expect("/proc/self/status");
     let decoded = common::load_one(&path, |b| b).expect("the image decodes without its profile");
-    let grew = imagefeed::tools::procinfo::peak_rss_bytes()
+    let grew = imagefeed_testkit::procinfo::peak_rss_bytes()
         .unwrap()
         .saturating_sub(before);
     println!(
@@ -1114,7 +1114,7 @@ fn imagefeed_corpus_replaces_nothing() {
     std::fs::create_dir(d.join("class_01")).unwrap();
     let mine = d.join("class_01/img_000001.jpg");
     std::fs::write(&mine, b"my photo").unwrap();
-    let e = imagefeed::tools::corpus::generate(d, 4, 0).unwrap_err();
+    let e = imagefeed_testkit::corpus::generate(d, 4, 0).unwrap_err();
     assert_eq!(e.path(), Some(mine.as_path()), "{e}");
     assert!(e.to_string().contains("exists"), "{e}");
     assert_eq!(std::fs::read(&mine).unwrap(), b"my photo");
@@ -1125,10 +1125,10 @@ fn imagefeed_corpus_replaces_nothing() {
     );
     // Into a new folder it writes, and a second run into the same folder is refused.
     let fresh = d.join("fresh");
-    let summary = imagefeed::tools::corpus::generate(&fresh, 4, 0).unwrap();
+    let summary = imagefeed_testkit::corpus::generate(&fresh, 4, 0).unwrap();
     assert_eq!(summary.images, 4);
     let list = std::fs::read(fresh.join("files.txt")).unwrap();
-    assert!(imagefeed::tools::corpus::generate(&fresh, 4, 1).is_err());
+    assert!(imagefeed_testkit::corpus::generate(&fresh, 4, 1).is_err());
     assert_eq!(std::fs::read(fresh.join("files.txt")).unwrap(), list);
 }
 
@@ -1289,7 +1289,7 @@ fn settings_that_cannot_fit_in_this_machine_fail_in_build() {
     // Without a host_memory_limit of the user's, the machine's memory (or the container's
     // cgroup limit) is the limit: `--threads 10000` or 8192x8192 batches fail in build,
     // naming what to lower, instead of in the out-of-memory killer.
-    let Some(memory) = imagefeed::tools::procinfo::memory_limit_bytes() else {
+    let Some(memory) = imagefeed::tools::memory_limit_bytes() else {
         common::skipped("this system does not report its memory");
         return;
     };
@@ -1603,9 +1603,9 @@ fn large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels() {
         .max_pixels((w * h * 9 / 8) as u64)
         .build()
         .unwrap();
-    let before = imagefeed::tools::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let before = imagefeed_testkit::procinfo::peak_rss_bytes().expect("/proc/self/status");
     let images: usize = loader.epoch(0).map(|b| b.unwrap().len()).sum();
-    let grew = imagefeed::tools::procinfo::peak_rss_bytes()
+    let grew = imagefeed_testkit::procinfo::peak_rss_bytes()
         .unwrap()
         .saturating_sub(before);
     println!(
@@ -1649,7 +1649,7 @@ fn a_file_list_is_read_a_line_at_a_time_in_bounded_memory() {
         return;
     }
     let dir = dir_of(std::os::unix::process::parent_id());
-    let peak = || imagefeed::tools::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let peak = || imagefeed_testkit::procinfo::peak_rss_bytes().expect("/proc/self/status");
     let before = peak();
     let err = Source::from_list_file(dir.join("long.txt")).expect_err("a 64 MB line");
     let grew = peak().saturating_sub(before);
@@ -1772,9 +1772,9 @@ fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
         return;
     }
     let dir = dir_of(std::os::unix::process::parent_id());
-    let before = imagefeed::tools::procinfo::peak_rss_bytes().expect("/proc/self/status");
+    let before = imagefeed_testkit::procinfo::peak_rss_bytes().expect("/proc/self/status");
     let px = common::load_one(&dir.join("flat.png"), |b| b).unwrap();
-    let grew = imagefeed::tools::procinfo::peak_rss_bytes()
+    let grew = imagefeed_testkit::procinfo::peak_rss_bytes()
         .unwrap()
         .saturating_sub(before);
     println!(

@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use imagefeed::tools::procinfo;
 use imagefeed::{Dtype, Error, ErrorKind, Loader, OnError, Source};
+use imagefeed_testkit::procinfo;
 
 use crate::common::{self, id_label, IdCorpus};
 

@@ -224,7 +224,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         Some(p) => p.into(),
         None => {
-            imagefeed::tools::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list
+            imagefeed_testkit::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list
         }
     };
     // A fifth held out: a share of every class (a list or class folders), or whole shards.

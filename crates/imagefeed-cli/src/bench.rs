@@ -3,11 +3,11 @@
 use std::io::Write as _;
 
 use clap::Parser;
-use imagefeed::tools::procinfo;
 use imagefeed::{
     Device, JpegDecoder, Layout, Loader, LoaderBuilder, LoaderState, OnError, ShardPadding, Source,
     Transform,
 };
+use imagefeed_testkit::procinfo;
 
 use crate::args::{
     dtype_of, parse_device, BenchArgs, LayoutArg, OnErrorArg, PaddingArg, TransformArg,
@@ -24,7 +24,7 @@ pub(crate) fn default_benchmark() -> Result<(), AnyError> {
         "imagefeed: writing a {count}-image corpus from the embedded photographs to {} ...",
         dir.path().display()
     );
-    let summary = imagefeed::tools::corpus::generate(dir.path(), count, 0)?;
+    let summary = imagefeed_testkit::corpus::generate(dir.path(), count, 0)?;
     eprintln!(
         "imagefeed: {} images, {:.1} MB of JPEG, {:.2} megapixels on average",
         summary.images,

@@ -13,7 +13,7 @@ pub(crate) fn corpus(
     long_side: Option<(u32, u32)>,
 ) -> Result<(), AnyError> {
     let t = Instant::now();
-    let s = imagefeed::tools::corpus::generate_sized(out_dir, count, seed, long_side)?;
+    let s = imagefeed_testkit::corpus::generate_sized(out_dir, count, seed, long_side)?;
     println!(
         "wrote {} images ({:.1} MB, {:.2} megapixels on average) and {} in {:.1} s",
         s.images,

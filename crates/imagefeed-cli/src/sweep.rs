@@ -1,7 +1,7 @@
 //! `imagefeed bench --sweep`: the grid of settings, a table of images/s against peak RSS, and its plot.
 
-use imagefeed::tools::procinfo;
 use imagefeed::{Dtype, Loader, OnError, Source};
+use imagefeed_testkit::procinfo;
 
 use crate::args::{dtype_of, BenchArgs, DtypeArg};
 use crate::bench::{sample_settings, transform_from_args, AnonSampler};

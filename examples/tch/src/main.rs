@@ -10,7 +10,7 @@ use imagefeed::{Batch, Images, Layout, Loader, Source, Transform};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
-const CLASSES: i64 = imagefeed::tools::corpus::CLASSES as i64;
+const CLASSES: i64 = imagefeed_testkit::corpus::CLASSES as i64;
 const SIZE: u32 = 32;
 
 /// A batch as tch tensors on `device`: the images (the batch's shape, dtype and layout) and
@@ -137,7 +137,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .find(|a| !a.starts_with("--") && a.parse::<u64>().is_err())
     {
         Some(p) => p.into(),
-        None => imagefeed::tools::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list,
+        None => imagefeed_testkit::corpus::generate(tmp.path(), if smoke { 100 } else { 1000 }, 1)?.list,
     };
     let all = Source::open(&list)?;
     let split = all.len() * 4 / 5;

@@ -295,23 +295,6 @@ pub(crate) fn is_parquet_name(name: &str) -> bool {
     name.to_ascii_lowercase().ends_with(".parquet")
 }
 
-/// The `*.parquet` files directly in `dir`, sorted.
-pub(crate) fn parquet_files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let name = entry.file_name();
-        if is_hidden(&name) || !is_parquet_name(&name.to_string_lossy()) {
-            continue;
-        }
-        if entry.path().is_file() {
-            out.push(entry.path());
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;

@@ -215,6 +215,25 @@ fn index_file(
     })
 }
 
+/// The `*.parquet` files directly in `dir`, sorted.
+fn parquet_files_in(dir: &std::path::Path) -> Result<Vec<PathBuf>, Error> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        if crate::source::format::dir::is_hidden(&name)
+            || !crate::source::format::dir::is_parquet_name(&name.to_string_lossy())
+        {
+            continue;
+        }
+        if entry.path().is_file() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Opens parquet files (each path a file, or a folder of `*.parquet` files) into a source.
 pub(crate) fn index_local(
     paths: &[std::path::PathBuf],
@@ -223,7 +242,7 @@ pub(crate) fn index_local(
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
-            files.extend(crate::source::format::dir::parquet_files_in(p)?);
+            files.extend(parquet_files_in(p)?);
         } else {
             files.push(p.clone());
         }

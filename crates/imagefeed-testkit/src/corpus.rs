@@ -13,17 +13,16 @@ use std::path::{Path, PathBuf};
 use fast_image_resize as fir;
 use rayon::prelude::*;
 
-use crate::error::{DecodeFailure, Error};
-use crate::rng::Rng;
+use crate::Error;
 
 /// The embedded photographs (see `testdata/README.md` for their origin and licence).
 pub const PHOTOS: [&[u8]; 6] = [
-    include_bytes!("../../testdata/photos/photo_0.jpg"),
-    include_bytes!("../../testdata/photos/photo_1.jpg"),
-    include_bytes!("../../testdata/photos/photo_2.jpg"),
-    include_bytes!("../../testdata/photos/photo_3.jpg"),
-    include_bytes!("../../testdata/photos/photo_4.jpg"),
-    include_bytes!("../../testdata/photos/photo_5.jpg"),
+    include_bytes!("../../../testdata/photos/photo_0.jpg"),
+    include_bytes!("../../../testdata/photos/photo_1.jpg"),
+    include_bytes!("../../../testdata/photos/photo_2.jpg"),
+    include_bytes!("../../../testdata/photos/photo_3.jpg"),
+    include_bytes!("../../../testdata/photos/photo_4.jpg"),
+    include_bytes!("../../../testdata/photos/photo_5.jpg"),
 ];
 
 /// The number of classes of a generated corpus.
@@ -51,7 +50,7 @@ struct Photo {
 
 fn decode_photo(bytes: &[u8]) -> Result<Photo, Error> {
     let img = image::load_from_memory_with_format(bytes, image::ImageFormat::Jpeg)
-        .map_err(|e| Error::decode("<embedded photo>", e))?
+        .map_err(|e| Error::other(format!("an embedded photo: {e}")))?
         .to_rgb8();
     Ok(Photo {
         width: img.width(),
@@ -67,8 +66,7 @@ fn decode_photo(bytes: &[u8]) -> Result<Photo, Error> {
 /// before writing anything.
 ///
 /// # Errors
-/// [`ErrorKind::Io`](crate::ErrorKind::Io) naming the file that could not be written, or that
-/// exists already.
+/// An [`Error`] naming the file that could not be written, or that exists already.
 pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary, Error> {
     generate_sized(out_dir, count, seed, None)
 }
@@ -78,8 +76,7 @@ pub fn generate(out_dir: &Path, count: usize, seed: u64) -> Result<CorpusSummary
 /// photos (4000×3000 where the crop is 4:3).
 ///
 /// # Errors
-/// As [`generate`]; [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for an
-/// empty range or a side under 16 or over 8192 pixels.
+/// As [`generate`], and for an empty range or a side under 16 or over 8192 pixels.
 pub fn generate_sized(
     out_dir: &Path,
     count: usize,
@@ -88,22 +85,18 @@ pub fn generate_sized(
 ) -> Result<CorpusSummary, Error> {
     if let Some((lo, hi)) = long_side {
         if lo < 16 || hi > 8192 || lo > hi {
-            return Err(Error::config(
-                "long_side",
-                format!("{lo}..={hi}: need 16 <= min <= max <= 8192"),
-            ));
+            return Err(Error::other(format!(
+                "long_side {lo}..={hi}: need 16 <= min <= max <= 8192"
+            )));
         }
     }
     let list = out_dir.join("files.txt");
     let targets = (0..count).map(|i| out_dir.join(rel_path(i, (i as u32) % CLASSES)));
     for path in std::iter::once(list.clone()).chain(targets) {
         if path.symlink_metadata().is_ok() {
-            return Err(Error::io(
+            return Err(Error::at(
                 &path,
-                std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "exists, and a corpus replaces nothing: write it into a new or empty folder",
-                ),
+                "exists, and a corpus replaces nothing: write it into a new or empty folder",
             ));
         }
     }
@@ -113,12 +106,12 @@ pub fn generate_sized(
         .collect::<Result<Vec<_>, _>>()?;
     for c in 0..CLASSES {
         let d = out_dir.join(format!("class_{c:02}"));
-        std::fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
+        std::fs::create_dir_all(&d).map_err(|e| Error::at(&d, e))?;
     }
     let pool = rayon::ThreadPoolBuilder::new()
         .thread_name(|i| format!("imagefeed-corpus-{i}"))
         .build()
-        .map_err(|e| Error::spawn(std::io::Error::other(e)))?;
+        .map_err(|e| Error::other(format!("cannot start the corpus threads: {e}")))?;
     let results: Vec<Result<(u64, u64), Error>> = pool.install(|| {
         (0..count)
             .into_par_iter()
@@ -164,7 +157,7 @@ fn create_new(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .create_new(true)
         .open(path)
         .and_then(|mut f| f.write_all(bytes))
-        .map_err(|e| Error::io(path, e))
+        .map_err(|e| Error::at(path, e))
 }
 
 fn rel_path(i: usize, label: u32) -> String {
@@ -204,15 +197,15 @@ fn make_image(
     {
         let src =
             fir::images::ImageRef::new(photo.width, photo.height, &photo.rgb, fir::PixelType::U8x3)
-                .map_err(|e| Error::decode("<corpus>", DecodeFailure(e.to_string())))?;
+                .map_err(|e| Error::other(format!("resizing: {e}")))?;
         let mut dst = fir::images::Image::from_slice_u8(w, h, &mut rgb, fir::PixelType::U8x3)
-            .map_err(|e| Error::decode("<corpus>", DecodeFailure(e.to_string())))?;
+            .map_err(|e| Error::other(format!("resizing: {e}")))?;
         let opts = fir::ResizeOptions::new()
             .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear))
             .crop(f64::from(cx), f64::from(cy), f64::from(cw), f64::from(ch));
         fir::Resizer::new()
             .resize(&src, &mut dst, &opts)
-            .map_err(|e| Error::decode("<corpus>", DecodeFailure(e.to_string())))?;
+            .map_err(|e| Error::other(format!("resizing: {e}")))?;
     }
     if label >= 6 {
         rgb.iter_mut().for_each(|v| *v = 255 - *v);
@@ -246,7 +239,7 @@ fn make_image(
             o => o,
         };
         let mut s = vec![0u8; rgb.len()];
-        crate::decode::orient(&rgb, w as usize, h as usize, inverse, &mut s);
+        rotate(&rgb, w as usize, h as usize, inverse, &mut s);
         if orientation >= 5 {
             (s, h, w)
         } else {
@@ -272,7 +265,7 @@ enum Kind {
 #[cfg(feature = "turbojpeg")]
 fn encode(rgb: &[u8], w: u32, h: u32, quality: u8, kind: Kind) -> Result<Vec<u8>, Error> {
     use imagefeed_jpeg::{Compressor, Image, PixelFormat, Subsamp};
-    let e = |e: imagefeed_jpeg::Error| Error::decode("<corpus>", e);
+    let e = |e: imagefeed_jpeg::Error| Error::other(format!("encoding: {e}"));
     let mut c = Compressor::new().map_err(e)?;
     c.set_quality(i32::from(quality)).map_err(e)?;
     let (w, h) = (w as usize, h as usize);
@@ -351,12 +344,12 @@ fn encode(rgb: &[u8], w: u32, h: u32, quality: u8, _kind: Kind) -> Result<Vec<u8
     let mut out = Vec::new();
     image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality)
         .encode(rgb, w, h, image::ExtendedColorType::Rgb8)
-        .map_err(|e| Error::decode("<corpus>", e))?;
+        .map_err(|e| Error::other(format!("encoding: {e}")))?;
     Ok(out)
 }
 
 /// Inserts an APP1 EXIF segment holding only an orientation tag after the SOI marker.
-pub(crate) fn with_exif_orientation(jpeg: &[u8], orientation: u8) -> Vec<u8> {
+pub fn with_exif_orientation(jpeg: &[u8], orientation: u8) -> Vec<u8> {
     let tiff: [u8; 26] = [
         b'M',
         b'M',
@@ -394,4 +387,55 @@ pub(crate) fn with_exif_orientation(jpeg: &[u8], orientation: u8) -> Vec<u8> {
     out.extend_from_slice(&tiff);
     out.extend_from_slice(&jpeg[2..]);
     out
+}
+
+/// `src` (`w`×`h` RGB) turned as EXIF orientation `o` turns it (3: 180°, 6: 90° clockwise, 8:
+/// 90° counter-clockwise), into `dst`.
+fn rotate(src: &[u8], w: usize, h: usize, o: u8, dst: &mut [u8]) {
+    for y in 0..h {
+        for x in 0..w {
+            let (dx, dy, dw) = match o {
+                3 => (w - 1 - x, h - 1 - y, w),
+                6 => (h - 1 - y, x, h),
+                8 => (y, w - 1 - x, h),
+                _ => (x, y, w),
+            };
+            let (s, d) = ((y * w + x) * 3, (dy * dw + dx) * 3);
+            dst[d..d + 3].copy_from_slice(&src[s..s + 3]);
+        }
+    }
+}
+
+/// SplitMix64, seeded as imagefeed seeds its stages: the same corpus for a seed on every
+/// platform and in every version.
+struct Rng(u64);
+
+impl Rng {
+    fn for_stage(seed: u64, epoch: u64, stage: u64) -> Self {
+        let mut r = Rng(seed ^ 0x9E37_79B9_7F4A_7C15);
+        let a = r.next_u64();
+        let mut r = Rng(a ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        let b = r.next_u64();
+        Rng(b ^ stage.wrapping_mul(0xAEF1_7502_108E_F2D9))
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform integer in `0..n` (`n > 0`), without modulo bias (Lemire's method).
+    fn below(&mut self, n: u64) -> u64 {
+        let mut m = u128::from(self.next_u64()) * u128::from(n);
+        if (m as u64) < n {
+            let threshold = n.wrapping_neg() % n;
+            while (m as u64) < threshold {
+                m = u128::from(self.next_u64()) * u128::from(n);
+            }
+        }
+        (m >> 64) as u64
+    }
 }

@@ -1,8 +1,6 @@
 //! Process memory and thread counts from `/proc` (Linux), to measure rather than guess.
 //! On other systems every function returns `None`.
 
-pub use crate::memory_limit::memory_limit_bytes;
-
 fn status_field(name: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = text.lines().find(|l| l.starts_with(name))?;
