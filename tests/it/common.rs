@@ -11,23 +11,48 @@ use std::time::{Duration, Instant};
 
 use imagefeed::{Batch, Dtype, Error, LoaderBuilder, Source};
 
-/// The `imagefeed` command line (crates/imagefeed-cli), as the workspace's `cargo test` builds
-/// it next to this test binary (`target/<profile>/imagefeed`, beside `deps/`).
+/// The workspace's `imagefeed` binary beside this test binary (`target/<profile>/`), for the
+/// tests that check the library's promises through the command line (the command line's own
+/// tests are crates/imagefeed-cli/tests). Built once, with `cargo build -p imagefeed-cli`, where
+/// it is missing (`cargo test -p imagefeed` builds only the library's targets).
 pub(crate) fn imagefeed_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/");
-    let bin = dir.join(format!("imagefeed{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "{} is missing: the command-line tests run the workspace's binary; run `cargo test` at \
-         the repository root (it builds crates/imagefeed-cli), or `cargo build -p imagefeed-cli` \
-         first",
-        bin.display()
-    );
-    bin
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().map_err(|e| format!("the test binary's path: {e}"))?;
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .ok_or("the test binary is not in target/<profile>/deps/")?;
+        let bin = dir.join(format!("imagefeed{}", std::env::consts::EXE_SUFFIX));
+        if bin.is_file() {
+            return Ok(bin);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "imagefeed-cli"]);
+        if profile != "debug" {
+            build.args(["--profile", profile]);
+        }
+        if let Some(target) = dir.parent() {
+            build.arg("--target-dir").arg(target);
+        }
+        let out = build
+            .output()
+            .map_err(|e| format!("running cargo to build imagefeed-cli: {e}"))?;
+        if !out.status.success() || !bin.is_file() {
+            return Err(format!(
+                "`cargo build -p imagefeed-cli` did not make {}: {}",
+                bin.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(bin)
+    });
+    match built {
+        Ok(bin) => bin.clone(),
+        Err(why) => panic!("the command-line tests need the imagefeed binary: {why}"),
+    }
 }
 
 /// Says that the running test skips (part of) what it checks, and why: `SKIPPED: <test>: <why>`

@@ -7,8 +7,8 @@
 
 mod api;
 mod cache;
+mod cache_common;
 mod cache_faults;
-mod cluster;
 mod common;
 mod contract;
 mod decode;

@@ -439,3 +439,35 @@ impl Rng {
         (m >> 64) as u64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imagefeed_corpus_replaces_nothing() {
+        // `imagefeed corpus DIR` over a folder holding files of the same names used to overwrite
+        // them; it now fails before writing anything.
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("class_01")).unwrap();
+        let mine = d.join("class_01/img_000001.jpg");
+        std::fs::write(&mine, b"my photo").unwrap();
+        let e = generate(d, 4, 0).unwrap_err();
+        assert_eq!(e.path(), Some(mine.as_path()), "{e}");
+        assert!(e.to_string().contains("exists"), "{e}");
+        assert_eq!(std::fs::read(&mine).unwrap(), b"my photo");
+        assert!(!d.join("files.txt").exists(), "wrote files.txt anyway");
+        assert!(
+            !d.join("class_00/img_000000.jpg").exists(),
+            "wrote an image anyway"
+        );
+        // Into a new folder it writes, and a second run into the same folder is refused.
+        let fresh = d.join("fresh");
+        let summary = generate(&fresh, 4, 0).unwrap();
+        assert_eq!(summary.images, 4);
+        let list = std::fs::read(fresh.join("files.txt")).unwrap();
+        assert!(generate(&fresh, 4, 1).is_err());
+        assert_eq!(std::fs::read(fresh.join("files.txt")).unwrap(), list);
+    }
+}

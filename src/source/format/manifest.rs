@@ -280,7 +280,7 @@ pub(crate) fn write(
                 ));
             };
             let base = Path::new(&url).parent().unwrap_or(Path::new(""));
-            let manifest = Manifest::of_units(&units, kind, base);
+            let manifest = Manifest::of_units(units, kind, base);
             store.put(&key, manifest.to_text().into_bytes())?;
             return Ok(PathBuf::from(url));
         }
@@ -299,7 +299,7 @@ pub(crate) fn write(
         ));
     }
     let dir = target.parent().filter(|d| !d.as_os_str().is_empty());
-    let manifest = Manifest::of_units(&units, kind, dir.unwrap_or(Path::new("")));
+    let manifest = Manifest::of_units(units, kind, dir.unwrap_or(Path::new("")));
     // A manifest of other files is someone's dataset: written again only over itself.
     if let Ok(old) = std::fs::read_to_string(&target) {
         let files = |m: &Manifest| -> Vec<String> {
