@@ -112,8 +112,12 @@ impl LoaderBuilder {
         self
     }
 
-    /// How images are fitted to the output size (default [`ResizeMode::Stretch`]): the same
-    /// as [`transform`](Self::transform) with the fit's [`Transform`].
+    /// How images are fitted to the output size: the same as [`transform`](Self::transform)
+    /// with the fit's [`Transform`] (`.transform(mode.into())`), which sets crops as well.
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `transform(mode.into())`: one setting decides the box of each image"
+    )]
     pub fn resize_mode(mut self, mode: ResizeMode) -> Self {
         self.cfg.augment.transform = mode.into();
         self

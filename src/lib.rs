@@ -134,8 +134,10 @@ pub use source::write::{write_shards, write_shards_with};
 #[cfg(feature = "parquet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
 pub use source::ParquetOptions;
+#[allow(deprecated)]
+pub use source::RemoteOptions;
 pub use source::{
-    Exhausted, Mix, MixEnd, MixLabels, RemoteOptions, Source, SourceKind, TfRecordOptions,
+    Exhausted, Mix, MixEnd, MixLabels, OpenOptions, Source, SourceKind, Stamps, TfRecordOptions,
 };
 pub use stats::Stats;
 pub use transform::{ResizeFilter, ResizeMode, Transform};

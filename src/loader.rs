@@ -190,7 +190,8 @@ impl Loader {
     fn plan_fingerprints(&self) -> (u64, u64) {
         *self.plan_fingerprints.get_or_init(|| {
             let mut h = xxhash_rust::xxh3::Xxh3::new();
-            self.source.fingerprint(&mut h, false);
+            self.source
+                .fingerprint(&mut h, crate::source::Stamps::Without);
             let cfg = &self.cfg;
             let settings = format!("{} padding={:?}", cfg.shuffle.describe(), cfg.shard.padding);
             // Never 0, which a state uses for "not recorded".

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use imagefeed::{
-    write_shards, Batch, Dtype, ErrorKind, Loader, OnError, RemoteOptions, Source, SourceKind,
+    write_shards, Batch, Dtype, ErrorKind, Loader, OnError, OpenOptions, Source, SourceKind,
 };
 
 /// The proxy's behaviour for the next requests.
@@ -415,8 +415,8 @@ fn relabel_first(shard: &[u8]) -> Vec<u8> {
     out
 }
 
-fn quick() -> RemoteOptions {
-    RemoteOptions::default()
+fn quick() -> OpenOptions {
+    OpenOptions::default()
         .retries(3)
         .retry_timeout(Duration::from_secs(3))
 }

@@ -250,7 +250,7 @@ impl EpochCache {
 /// Fingerprint of the source: every entry's path, size, modification time and label.
 fn fingerprint(source: &Source) -> [u8; 16] {
     let mut h = Xxh3::new();
-    source.fingerprint(&mut h, true);
+    source.fingerprint(&mut h, crate::source::Stamps::With);
     h.digest128().to_le_bytes()
 }
 

@@ -35,7 +35,30 @@ pub(crate) use format::Backing;
 pub(crate) use index::FileIndex;
 pub use kind::SourceKind;
 pub use mix::{Exhausted, Mix, MixEnd, MixLabels};
-pub use options::RemoteOptions;
+#[allow(deprecated)]
+pub use options::{OpenOptions, RemoteOptions};
+
+/// Whether a [`Source::fingerprint`] covers the sizes and modification times of the samples'
+/// bytes (a `bool` converts: `true` is [`Stamps::With`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stamps {
+    /// The samples' number, paths (or units) and labels only: what a saved loader state is
+    /// checked against.
+    Without,
+    /// Also each file's (or object's, or unit's) size and modification time: what the cache
+    /// is checked against.
+    With,
+}
+
+impl From<bool> for Stamps {
+    fn from(with: bool) -> Stamps {
+        if with {
+            Stamps::With
+        } else {
+            Stamps::Without
+        }
+    }
+}
 
 /// Where the samples come from. Build one with [`Source::from_list_file`],
 /// [`Source::from_dir`], [`Source::from_entries`] or [`Source::open`], then hand it to
@@ -266,7 +289,7 @@ impl Source {
     }
 
     /// Feeds `hasher` what identifies this source's samples: their number, then in index
-    /// order each sample's path and label, and with `with_stamps` also the size and
+    /// order each sample's path and label, and with [`Stamps::With`] also the size and
     /// modification time of its bytes (one `stat` a file; a HEAD request for each object whose
     /// listing did not give them). Two sources that feed the same bytes deliver the same
     /// samples under the same labels at the same indices, and with stamps, from files of the
@@ -280,15 +303,17 @@ impl Source {
     /// ```
     /// # fn main() -> Result<(), imagefeed::Error> {
     /// use std::hash::{DefaultHasher, Hasher};
+    /// use imagefeed::Stamps;
     /// let source = imagefeed::Source::from_dir("testdata/classes")?;
     /// let mut h = DefaultHasher::new();
-    /// source.fingerprint(&mut h, false);
+    /// source.fingerprint(&mut h, Stamps::Without);
     /// let mut again = DefaultHasher::new();
-    /// imagefeed::Source::from_dir("testdata/classes")?.fingerprint(&mut again, false);
+    /// imagefeed::Source::from_dir("testdata/classes")?.fingerprint(&mut again, Stamps::Without);
     /// assert_eq!(h.finish(), again.finish());
     /// # Ok(()) }
     /// ```
-    pub fn fingerprint(&self, hasher: &mut impl std::hash::Hasher, with_stamps: bool) {
+    pub fn fingerprint(&self, hasher: &mut impl std::hash::Hasher, stamps: impl Into<Stamps>) {
+        let with_stamps = stamps.into() == Stamps::With;
         if let Backing::Mix(m) = &self.backing {
             m.fingerprint(hasher, with_stamps);
             return;

@@ -1,5 +1,5 @@
-//! [`RemoteOptions`]: how a source in object storage is read (the store's limits and retries)
-//! and what its parquet and TFRecord files hold.
+//! [`OpenOptions`]: what a source's parquet and TFRecord files hold (their columns and
+//! features), and how a source in object storage is read (the store's limits and retries).
 
 use std::time::Duration;
 
@@ -9,11 +9,15 @@ use super::format::tfrecord::TfRecordOptions;
 #[cfg(feature = "remote")]
 use super::storage::remote::Limits;
 
-/// Limits and retries for sources in object storage (see [`Source::from_url_with`](crate::Source::from_url_with)).
+/// How [`Source::open_with`](crate::Source::open_with) (and
+/// [`Source::open_split_with`](crate::Source::open_split_with),
+/// [`Source::from_url_with`](crate::Source::from_url_with)) opens a source: the columns of its
+/// parquet files and the features of its TFRecord files, and for a source in object storage,
+/// the limits and retries of its requests.
 ///
 /// ```
 /// use std::time::Duration;
-/// let options = imagefeed::RemoteOptions::default()
+/// let options = imagefeed::OpenOptions::default()
 ///     .max_requests(32)
 ///     .max_bytes_in_flight(128 << 20)
 ///     .retry_timeout(Duration::from_secs(60));
@@ -21,7 +25,7 @@ use super::storage::remote::Limits;
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct RemoteOptions {
+pub struct OpenOptions {
     /// The most requests in flight at once (default 16).
     pub max_requests: usize,
     /// The most fetched bytes held at once, fetched and waiting to be decoded (default 64 MiB;
@@ -41,9 +45,9 @@ pub struct RemoteOptions {
     pub tfrecord: TfRecordOptions,
 }
 
-impl Default for RemoteOptions {
+impl Default for OpenOptions {
     fn default() -> Self {
-        RemoteOptions {
+        OpenOptions {
             max_requests: 16,
             max_bytes_in_flight: 64 << 20,
             retries: 5,
@@ -55,42 +59,42 @@ impl Default for RemoteOptions {
     }
 }
 
-impl RemoteOptions {
-    /// Sets [`RemoteOptions::max_requests`] (at least 1).
+impl OpenOptions {
+    /// Sets [`OpenOptions::max_requests`] (at least 1).
     pub fn max_requests(mut self, n: usize) -> Self {
         self.max_requests = n.max(1);
         self
     }
-    /// Sets [`RemoteOptions::max_bytes_in_flight`].
+    /// Sets [`OpenOptions::max_bytes_in_flight`].
     pub fn max_bytes_in_flight(mut self, bytes: u64) -> Self {
         self.max_bytes_in_flight = bytes;
         self
     }
-    /// Sets [`RemoteOptions::retries`].
+    /// Sets [`OpenOptions::retries`].
     pub fn retries(mut self, n: usize) -> Self {
         self.retries = n;
         self
     }
-    /// Sets [`RemoteOptions::retry_timeout`].
+    /// Sets [`OpenOptions::retry_timeout`].
     pub fn retry_timeout(mut self, t: Duration) -> Self {
         self.retry_timeout = t;
         self
     }
-    /// Sets [`RemoteOptions::parquet`].
+    /// Sets [`OpenOptions::parquet`].
     #[cfg(feature = "parquet")]
     #[cfg_attr(docsrs, doc(cfg(feature = "parquet")))]
     pub fn parquet(mut self, options: ParquetOptions) -> Self {
         self.parquet = options;
         self
     }
-    /// Sets [`RemoteOptions::tfrecord`].
+    /// Sets [`OpenOptions::tfrecord`].
     pub fn tfrecord(mut self, options: TfRecordOptions) -> Self {
         self.tfrecord = options;
         self
     }
 }
 
-impl RemoteOptions {
+impl OpenOptions {
     /// The store's share: its limits and retries.
     #[cfg(feature = "remote")]
     pub(crate) fn limits(&self) -> Limits {
@@ -102,3 +106,10 @@ impl RemoteOptions {
         }
     }
 }
+
+/// The former name of [`OpenOptions`], from when it held the object store's settings alone.
+#[deprecated(
+    since = "0.1.0",
+    note = "renamed `OpenOptions`: it holds the formats' options too"
+)]
+pub type RemoteOptions = OpenOptions;

@@ -101,13 +101,15 @@ fn exif_orientations_all_show_the_upright_image() {
     for mode in [ResizeMode::Stretch, ResizeMode::ShorterSideCenterCrop] {
         let wide_upright =
             common::load_one(&common::testdata("valid/orient_upright.png"), move |b| {
-                b.image_size_hw(40, 90).resize_mode(mode)
+                b.image_size_hw(40, 90).transform(mode.into())
             })
             .unwrap();
         for n in [1, 3, 5, 6, 7, 8] {
             let path = common::testdata(&format!("valid/orient_{n}.jpg"));
-            let got = common::load_one(&path, move |b| b.image_size_hw(40, 90).resize_mode(mode))
-                .unwrap();
+            let got = common::load_one(&path, move |b| {
+                b.image_size_hw(40, 90).transform(mode.into())
+            })
+            .unwrap();
             let mad = mean_abs_diff(&got, &wide_upright);
             assert!(
                 mad <= SCALED_MAX_MAD,

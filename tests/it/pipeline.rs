@@ -481,7 +481,7 @@ fn resize_modes_and_non_square_shapes() {
     let stretched = common::load_one(&p, |b| b.image_size(64)).unwrap();
     let cropped = common::load_one(&p, |b| {
         b.image_size(64)
-            .resize_mode(ResizeMode::ShorterSideCenterCrop)
+            .transform(ResizeMode::ShorterSideCenterCrop.into())
     })
     .unwrap();
     for y in [0, 31, 63] {
@@ -497,14 +497,15 @@ fn resize_modes_and_non_square_shapes() {
     for mode in [ResizeMode::Stretch, ResizeMode::ShorterSideCenterCrop] {
         let loader = Loader::builder(Source::from_entries([(p.clone(), 0)]).unwrap())
             .image_size_hw(30, 70)
-            .resize_mode(mode)
+            .transform(mode.into())
             .layout(Layout::Nchw)
             .build()
             .unwrap();
         let b = common::collect_ok(loader.epoch(0)).pop().unwrap();
         assert_eq!(b.shape(), [1, 3, 30, 70]);
         assert_eq!(b.as_f32().unwrap().len(), 3 * 30 * 70);
-        let px = common::load_one(&p, move |b| b.image_size_hw(30, 70).resize_mode(mode)).unwrap();
+        let px =
+            common::load_one(&p, move |b| b.image_size_hw(30, 70).transform(mode.into())).unwrap();
         assert_eq!(px.len(), 30 * 70 * 3);
         let at = |x: usize| (15 * 70 + x) * 3;
         // A 70:30 crop of a 300x100 image is 233x100: it still reaches the red and blue bands.

@@ -158,7 +158,7 @@ pub(crate) fn sample_settings(
 
 /// The source at `path`, with --split, --image-column and --label-column.
 pub(crate) fn open_path(path: &std::path::Path, a: &BenchArgs) -> Result<Source, AnyError> {
-    let mut options = imagefeed::RemoteOptions::default();
+    let mut options = imagefeed::OpenOptions::default();
     if let Some(column) = &a.image_column {
         options.parquet.image_column = column.clone();
     }

@@ -18,7 +18,7 @@ use crate::source::format::tar::is_tar_name;
 use crate::source::format::tfrecord::is_tfrecord_name;
 #[cfg(feature = "remote")]
 use crate::source::storage::Located;
-use crate::source::{RemoteOptions, Source};
+use crate::source::{OpenOptions, Source};
 
 /// A kind of file a dataset is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl Kind {
         files: Vec<Located>,
         origin: PathBuf,
         base: PathBuf,
-        options: &RemoteOptions,
+        options: &OpenOptions,
         max_bytes_in_flight: u64,
     ) -> Result<Source, Error> {
         match self {
@@ -100,7 +100,7 @@ impl Kind {
     pub(crate) fn open_local(
         self,
         files: &[PathBuf],
-        options: &RemoteOptions,
+        options: &OpenOptions,
     ) -> Result<Source, Error> {
         match self {
             Kind::Tar => Source::from_tar_shards(files),

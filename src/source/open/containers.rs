@@ -8,11 +8,11 @@ use crate::error::Error;
 use crate::source::format::dir::class_folder_with_images;
 use crate::source::format::list::shown;
 use crate::source::format::tfrecord;
-use crate::source::{RemoteOptions, Source};
+use crate::source::{OpenOptions, Source};
 
 /// A file [`Source::open`](crate::Source::open) opens as data files of a [`Kind`], by its name
 /// or (TFRecord) its first record's framing; `None` for others (lists).
-pub(crate) fn open_file(path: &Path, options: &RemoteOptions) -> Option<Result<Source, Error>> {
+pub(crate) fn open_file(path: &Path, options: &OpenOptions) -> Option<Result<Source, Error>> {
     let name = path.file_name()?.to_string_lossy();
     let kind = Kind::of_name(&name).or_else(|| {
         (may_be_record(&name) && tfrecord::sniff(path).is_some()).then_some(Kind::TfRecord)
@@ -25,7 +25,7 @@ pub(crate) fn open_file(path: &Path, options: &RemoteOptions) -> Option<Result<S
 pub(crate) fn open_files(
     origin: &Path,
     files: Vec<PathBuf>,
-    options: &RemoteOptions,
+    options: &OpenOptions,
 ) -> Result<Source, Error> {
     let names: Vec<String> = files.iter().map(|p| file_name(p)).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -54,7 +54,7 @@ pub(crate) fn open_files(
 /// The data files directly in folder `dir` as one source: `Ok(None)` where it holds none. Data
 /// files beside class folders of images, two kinds of them, or the shards of two sets are an
 /// error naming them.
-pub(crate) fn open_dir(dir: &Path, options: &RemoteOptions) -> Result<Option<Source>, Error> {
+pub(crate) fn open_dir(dir: &Path, options: &OpenOptions) -> Result<Option<Source>, Error> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;

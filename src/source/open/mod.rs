@@ -19,7 +19,7 @@ use crate::source::format::parquet::ParquetOptions;
 use crate::source::format::tfrecord::TfRecordOptions;
 use crate::source::index::{check_count, os_to_bytes, FileIndex};
 use crate::source::kind::SourceKind;
-use crate::source::{RemoteOptions, Source};
+use crate::source::{OpenOptions, Source};
 
 impl Source {
     /// Reads a file list: one sample a line, `PATH<TAB>LABEL` or `PATH LABEL`.
@@ -100,16 +100,16 @@ impl Source {
     /// images), or shards of two sets (`train-*-of-00004` beside `test-*-of-00001`): reading
     /// all would drop some samples or labels, or mix splits, without a word.
     pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
-        Source::open_with(path, RemoteOptions::default())
+        Source::open_with(path, OpenOptions::default())
     }
 
     /// [`Source::open`], with the options of the formats it may find: the parquet columns
-    /// ([`RemoteOptions::parquet`]: `--image-column`, `--label-column` on the command line),
-    /// the TFRecord keys ([`RemoteOptions::tfrecord`]) and, for a URL, the store's settings.
+    /// ([`OpenOptions::parquet`]: `--image-column`, `--label-column` on the command line),
+    /// the TFRecord keys ([`OpenOptions::tfrecord`]) and, for a URL, the store's settings.
     ///
     /// # Errors
     /// As [`Source::open`].
-    pub fn open_with(path: impl AsRef<Path>, options: RemoteOptions) -> Result<Source, Error> {
+    pub fn open_with(path: impl AsRef<Path>, options: OpenOptions) -> Result<Source, Error> {
         let path = path.as_ref();
         let mut source = Self::open_as_is(path, &options)?;
         // Shards `imagefeed shards` wrote keep their source's class names beside them.
@@ -124,7 +124,7 @@ impl Source {
         Ok(source)
     }
 
-    fn open_as_is(path: &Path, options: &RemoteOptions) -> Result<Source, Error> {
+    fn open_as_is(path: &Path, options: &OpenOptions) -> Result<Source, Error> {
         if let Some(url) = path.to_str().filter(|s| format::tar::looks_like_url(s)) {
             return Source::from_url_with(url, options.clone());
         }
@@ -191,7 +191,7 @@ impl Source {
     /// [`ErrorKind::Source`](crate::ErrorKind::Source) where no folder or file is of that
     /// split, and as [`Source::open`].
     pub fn open_split(path: impl AsRef<Path>, name: &str) -> Result<Source, Error> {
-        Source::open_split_with(path, name, RemoteOptions::default())
+        Source::open_split_with(path, name, OpenOptions::default())
     }
 
     /// [`Source::open_split`], with [`Source::open_with`]'s options.
@@ -201,7 +201,7 @@ impl Source {
     pub fn open_split_with(
         path: impl AsRef<Path>,
         name: &str,
-        options: RemoteOptions,
+        options: OpenOptions,
     ) -> Result<Source, Error> {
         let path = path.as_ref();
         if let Some(url) = path.to_str().filter(|s| format::tar::looks_like_url(s)) {
@@ -375,13 +375,13 @@ impl Source {
         }
     }
 
-    /// A source in object storage, with [`RemoteOptions::default`]: see
+    /// A source in object storage, with [`OpenOptions::default`]: see
     /// [`Source::from_url_with`].
     ///
     /// # Errors
     /// As [`Source::from_url_with`].
     pub fn from_url(url: &str) -> Result<Source, Error> {
-        Source::from_url_with(url, RemoteOptions::default())
+        Source::from_url_with(url, OpenOptions::default())
     }
 
     /// A source in object storage, through the `object_store` crate: `s3://bucket/prefix`,
@@ -395,12 +395,12 @@ impl Source {
     ///   ([`Source::from_tar_shards`]), each read with one streamed request;
     /// - a `.txt` object: a file list whose relative paths are keys next to it;
     /// - a `.parquet` object, or a prefix holding them (at any depth, as the Hub's `data/`):
-    ///   parquet files ([`Source::from_parquet_with`], with [`RemoteOptions::parquet`]); each
+    ///   parquet files ([`Source::from_parquet_with`], with [`OpenOptions::parquet`]); each
     ///   file's footer and label column are read on opening, its row groups' pages by ranged
     ///   requests as epochs read them;
     /// - a TFRecord object (by its name, `*.tfrecord`, `*.tfrec`, or a shard name
     ///   `NAME-00000-of-01024` whose first record's framing checks), or a prefix holding them:
-    ///   TFRecord shards ([`Source::from_tfrecords_with`], with [`RemoteOptions::tfrecord`]).
+    ///   TFRecord shards ([`Source::from_tfrecords_with`], with [`OpenOptions::tfrecord`]).
     ///   Opening reads each shard once, as one stream (seeking over each image would cost a
     ///   request a record); an epoch reads each shard as one streamed request;
     /// - another prefix: its images (`.jpg`, `.jpeg`, `.png`, `.webp`), labeled by class
@@ -412,15 +412,15 @@ impl Source {
     /// (one split of a Hub dataset, say). A prefix holding two kinds of dataset, or shards of
     /// two sets (`train-*-of-00004` beside `test-*-of-00001`), is an error naming them.
     ///
-    /// Requests run at most [`RemoteOptions::max_requests`] at a time, hold at most
-    /// [`RemoteOptions::max_bytes_in_flight`], and are retried on transient errors.
+    /// Requests run at most [`OpenOptions::max_requests`] at a time, hold at most
+    /// [`OpenOptions::max_bytes_in_flight`], and are retried on transient errors.
     ///
     /// # Errors
     /// [`ErrorKind::FeatureDisabled`](crate::ErrorKind::FeatureDisabled) without the `remote`
     /// feature; [`ErrorKind::Source`](crate::ErrorKind::Source) for a malformed URL or an empty
     /// prefix; [`ErrorKind::Io`](crate::ErrorKind::Io) naming the object for a missing object,
     /// denied access or an unreachable store.
-    pub fn from_url_with(url: &str, options: RemoteOptions) -> Result<Source, Error> {
+    pub fn from_url_with(url: &str, options: OpenOptions) -> Result<Source, Error> {
         #[cfg(feature = "remote")]
         {
             url::open_remote(url, options)

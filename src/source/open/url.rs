@@ -17,10 +17,7 @@ use crate::source::{Backing, Source};
 /// Opens a source in object storage (see [`Source::from_url_with`]): through a manifest where
 /// there is one, else the object the URL names, else what its prefix lists.
 #[cfg(feature = "remote")]
-pub(crate) fn open_remote(
-    url: &str,
-    options: crate::source::RemoteOptions,
-) -> Result<Source, Error> {
+pub(crate) fn open_remote(url: &str, options: crate::source::OpenOptions) -> Result<Source, Error> {
     use std::sync::Arc;
 
     use crate::source::storage::remote::Store;
@@ -44,7 +41,7 @@ pub(crate) fn open_remote(
 #[cfg(feature = "remote")]
 struct Remote {
     store: std::sync::Arc<crate::source::storage::remote::Store>,
-    options: crate::source::RemoteOptions,
+    options: crate::source::OpenOptions,
 }
 
 #[cfg(feature = "remote")]

@@ -7,8 +7,8 @@
 //! reads them (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`
 //! …), never from code. Transient failures (5xx, throttling, dropped connections) are retried
-//! with exponential backoff by `object_store`, within [`RemoteOptions::retries`] and
-//! [`RemoteOptions::retry_timeout`].
+//! with exponential backoff by `object_store`, within [`OpenOptions::retries`] and
+//! [`OpenOptions::retry_timeout`].
 
 use std::io::Read;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ impl std::fmt::Debug for Store {
 }
 
 /// A store's limits and retries (the store's part of
-/// [`RemoteOptions`](crate::RemoteOptions)).
+/// [`OpenOptions`](crate::OpenOptions)).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// The most requests in flight at once (at least 1).
@@ -586,8 +586,7 @@ mod tests {
 
     #[test]
     fn unsupported_scheme_is_a_clear_error() {
-        let e =
-            Store::connect("ftp://host/x", crate::RemoteOptions::default().limits()).unwrap_err();
+        let e = Store::connect("ftp://host/x", crate::OpenOptions::default().limits()).unwrap_err();
         assert!(e.to_string().contains("unsupported scheme `ftp://`"), "{e}");
     }
 }

@@ -47,7 +47,7 @@ pub(crate) use write::class_names_in;
 const MAX_CLS_BYTES: u64 = 64;
 
 /// Fetched bytes held at once for local tar shards (remote ones use
-/// `RemoteOptions::max_bytes_in_flight`).
+/// `OpenOptions::max_bytes_in_flight`).
 pub(crate) const TAR_BYTES_IN_FLIGHT: u64 = 64 << 20;
 
 /// True for a name ending in `.tar` (any case).
