@@ -7,7 +7,8 @@
 //!
 //! ```text
 //!  Source         a file list, class folders, tar, TFRecord or parquet shards, or a URL:
-//!                 indices and labels (source/)
+//!                 indices and labels (source/: open/ tells what a path holds, format/ reads
+//!                 each layout, storage/ reads local files and object stores)
 //!    │ plan       a seeded order of the indices each epoch, this rank's share (pipeline/plan.rs)
 //!    ▼
 //!  readahead      asks the kernel for the next files ahead of the decoders (local files, cache)

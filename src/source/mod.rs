@@ -1,20 +1,19 @@
-//! Sources: where samples come from. A file list, a folder of class folders, or a list the
-//! caller builds; each becomes a compact index of `(path, label)` entries that the pipeline
-//! visits in a seeded permutation every epoch.
+//! Sources: where samples come from. A [`Source`] is an index of its samples' names and labels
+//! plus where their bytes are ([`Backing`]): local files, objects in a store, or units read as
+//! streams (tar shards, TFRecord files, parquet row groups), or a mixture of sources.
 //!
-//! Tar shards in the WebDataset layout and objects in object storage (`s3://…`, with the
-//! `remote` feature) are sources too: their samples are indexed the same way, plus where each
-//! sample's bytes lie (shard, offset, length, 20 bytes a sample), and their bytes are read by
-//! one fetch thread ahead of the decoders (`fetch.rs`) instead of one file per sample.
-//!
-//! The index stores every path as bytes in one buffer, relative to a base folder, plus an
-//! 8-byte end offset and a 4-byte label per entry: about `path length + 12` bytes a sample
-//! (ImageNet's 1.28 million paths of ~40 bytes take about 67 MB).
-//!
-//! This file is the API ([`Source`] and its constructors); the rest is in its children:
-//! `index.rs` (the compact index), `list.rs` (file lists and the label rule), `walk.rs`
-//! (class folders), `shards/` (tar shards: index, read, write, sidecar), and with the
-//! `remote` feature `remote.rs` (the object store client) and `url.rs` (opening a URL).
+//! - `open/`: what a path or URL holds, classified once (`classify.rs`) for local folders,
+//!   patterns, prefixes and store listings, and the constructors ([`Source::open`] and the
+//!   `from_*` family);
+//! - `format/`: one module a layout: file lists (`list/`), class folders (`dir.rs`), tar
+//!   (`tar/`), TFRecord (`tfrecord/`), parquet (`parquet/`), objects (`objects.rs`), manifests,
+//!   and what a format gives the fetch loop (`read.rs`: a `Reader`, and the `Streamed` trait a
+//!   streamed format implements);
+//! - `storage/`: where a file lives (`Place`: local, in memory, or in a store) and the object
+//!   store client (`remote.rs`);
+//! - `index.rs` (the compact index: path bytes in one buffer plus an end offset and a label a
+//!   sample), `kind.rs`, `options.rs` ([`OpenOptions`]), `mix.rs` (mixtures), `write.rs`
+//!   (writing any source as tar shards).
 
 pub(crate) mod format;
 pub(crate) mod index;

@@ -1,13 +1,14 @@
-//! Formats: how a source's samples are laid out, one module each — file lists (`list.rs`),
+//! Formats: how a source's samples are laid out, one module each — file lists (`list/`),
 //! class folders (`dir.rs`), tar shards (`tar/`), TFRecord files (`tfrecord/`), parquet files
-//! (`parquet/`) — and [`Backing`], the one place that chooses among them.
+//! (`parquet/`), objects in a store (`objects.rs`) — and [`Backing`], which holds one.
 //!
 //! A format that is not one local file a sample gives the pipeline's fetch loop
-//! (`pipeline/fetch.rs`) a [`Reader`] (`read.rs`): how many bytes to reserve for a sample, and the
-//! sample's bytes and label. The loop owns the claiming, the byte budget and the channel to
+//! (`pipeline/fetch.rs`) a [`Reader`] (`read.rs`): how many bytes to reserve for a sample, and
+//! the sample's bytes and label. The loop owns the claiming, the byte budget and the channel to
 //! the decoders; a reader owns only what stays open between samples (files, the sample tables
-//! of the shards being read). Adding a format is a folder here and an arm in each method of
-//! [`Backing`].
+//! of the units being read). A format read as streams of units implements [`Streamed`] and is
+//! held as `Backing::Streams`: adding one is a folder here and its `Kind` in
+//! `open/classify.rs`, which tells its files and opens them.
 
 pub(crate) mod dir;
 pub(crate) mod list;

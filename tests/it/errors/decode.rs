@@ -426,7 +426,7 @@ fn a_png_with_a_huge_icc_profile_costs_no_memory() {
     // A 1.7 MB file whose ICC profile inflates to 256 MiB: the png crate inflated it whole while
     // reading the header (peak RSS +256 MB and more). Bounded, the profile is dropped and the
     // image decodes.
-    if !common::runs_in_child("errors::a_png_with_a_huge_icc_profile_costs_no_memory") {
+    if !common::runs_in_child("errors::decode::a_png_with_a_huge_icc_profile_costs_no_memory") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -490,7 +490,7 @@ fn large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels() {
     // by one image's ~96 MB, not two. The parent writes the files (encoding them costs more
     // memory than decoding), the child, which finds them by the parent's PID, measures.
     const NAME: &str =
-        "errors::large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels";
+        "errors::decode::large_decodes_side_by_side_hold_no_more_than_one_image_at_max_pixels";
     let (w, h) = (4000usize, 4000usize);
     let dir_of = |pid: u32| std::env::temp_dir().join(format!("imagefeed-it-large-{pid}"));
     let child = std::env::var("IMAGEFEED_IT_CHILD").as_deref() == Ok(NAME);
@@ -620,7 +620,7 @@ fn a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused() {
     // whole boxes, and a PNG whose decode would not fit the budget's large-decode share is
     // refused from its header. The child measures; the parent writes the files.
     const NAME: &str =
-        "errors::a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused";
+        "errors::decode::a_png_with_a_very_long_side_resizes_in_bounded_memory_or_is_refused";
     let w = 20_000_000usize;
     let dir_of = |pid: u32| std::env::temp_dir().join(format!("imagefeed-it-wide-{pid}"));
     let child = std::env::var("IMAGEFEED_IT_CHILD").as_deref() == Ok(NAME);

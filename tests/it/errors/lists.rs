@@ -285,7 +285,7 @@ fn a_file_list_is_read_a_line_at_a_time_in_bounded_memory() {
     // 64 MB long is refused holding none of it. (Read whole, with a hash map of every path, the
     // first took the list's bytes plus ~100 bytes an entry on top of the index, and the second
     // its 64 MB.) Measured in a child process, which finds the lists by the parent's PID.
-    const NAME: &str = "errors::a_file_list_is_read_a_line_at_a_time_in_bounded_memory";
+    const NAME: &str = "errors::lists::a_file_list_is_read_a_line_at_a_time_in_bounded_memory";
     const ENTRIES: usize = 1_000_000;
     let dir_of = |pid: u32| std::env::temp_dir().join(format!("imagefeed-it-lists-{pid}"));
     if std::env::var("IMAGEFEED_IT_CHILD").as_deref() != Ok(NAME) {
