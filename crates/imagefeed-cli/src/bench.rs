@@ -207,6 +207,90 @@ pub(crate) fn open_source(a: &BenchArgs) -> Result<Source, AnyError> {
 }
 
 pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
+    check_outputs(a)?;
+    let opening = std::time::Instant::now();
+    let source = open_source(a)?;
+    let open_seconds = opening.elapsed().as_secs_f64();
+    let (loader, transform_name) = build_loader(a, source)?;
+    let budget = loader.memory_budget();
+    if !a.json {
+        eprintln!(
+            "imagefeed: {} samples, {} decode threads, batch {}, {}, {} resize/normalize kernels, memory budget {budget}",
+            loader.len(),
+            loader.decode_threads(),
+            a.batch_size,
+            imagefeed::decoder_info(),
+            imagefeed::tools::bench::simd_kernels()
+        );
+    }
+    // The state records the source's and the ordering settings' fingerprints: the loader
+    // refuses it if either differs. Several states must describe one step.
+    let resume: Option<LoaderState> = if a.resume_from.is_empty() {
+        None
+    } else {
+        let states = a
+            .resume_from
+            .iter()
+            .map(|p| read_state(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        Some(LoaderState::agree(&states)?)
+    };
+    let create = |p: &std::path::PathBuf| -> Result<_, AnyError> {
+        Ok(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        ))
+    };
+    let mut indices_out = a.indices_out.as_ref().map(create).transpose()?;
+    let mut fields_out = a.fields_out.as_ref().map(create).transpose()?;
+    let first_epoch = resume.map_or(0, |s| s.epoch);
+    // A resumed epoch is always finished, whatever --epochs says.
+    let count = match resume {
+        Some(_) => a.epochs.saturating_sub(first_epoch).max(1),
+        None => a.epochs,
+    };
+    let mut reports = Vec::new();
+    for epoch in (0..count).map(|i| first_epoch + i) {
+        let (report, stopped) = run_epoch(
+            a,
+            &loader,
+            epoch,
+            resume,
+            Outputs {
+                indices: indices_out.as_mut(),
+                fields: fields_out.as_mut(),
+            },
+        )?;
+        let mut report = report;
+        if let Some(r) = report.as_object_mut() {
+            r.insert("open_seconds".into(), open_seconds.into());
+            r.insert("memory_budget_bytes".into(), budget.steady().into());
+            r.insert(
+                "memory_budget_worst_case_bytes".into(),
+                budget.worst_case().into(),
+            );
+            r.insert("transform".into(), transform_name.into());
+        }
+        if a.json {
+            println!("{report}");
+        } else {
+            print_summary(a, &loader, &report, budget);
+        }
+        reports.push(report);
+        if stopped {
+            break;
+        }
+    }
+    if let Some(out) = indices_out.as_mut() {
+        out.flush()?;
+    }
+    if let Some(out) = fields_out.as_mut() {
+        out.flush()?;
+    }
+    Ok(reports)
+}
+
+/// Refuses outputs that would replace an input, or a file that option did not write.
+fn check_outputs(a: &BenchArgs) -> Result<(), AnyError> {
     // Outputs never replace an input: `--indices-out files.txt` would truncate the list.
     let mixed: Vec<std::path::PathBuf> = a.mix.chunks(2).map(|p| p[1].clone().into()).collect();
     let inputs: Vec<&std::path::PathBuf> = [a.source.as_ref(), a.cache.as_ref()]
@@ -241,10 +325,11 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
     if let Some(p) = &a.state_out {
         replaceable(p, Output::State)?;
     }
+    Ok(())
+}
 
-    let opening = std::time::Instant::now();
-    let source = open_source(a)?;
-    let open_seconds = opening.elapsed().as_secs_f64();
+/// The loader the arguments describe over `source`, and its transform's name.
+fn build_loader(a: &BenchArgs, source: Source) -> Result<(Loader, &'static str), AnyError> {
     if a.max_skipped.is_some() && matches!(a.on_error, OnErrorArg::Fail) {
         eprintln!(
             "imagefeed: warning: --max-skipped applies with --on-error skip only; ignored (with \
@@ -311,50 +396,25 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         PaddingArg::Repeat => ShardPadding::Repeat,
         PaddingArg::Drop => ShardPadding::Drop,
     });
-    let loader = builder.build()?;
-    let budget = loader.memory_budget();
-    if !a.json {
-        eprintln!(
-            "imagefeed: {} samples, {} decode threads, batch {}, {}, {} resize/normalize kernels, memory budget {budget}",
-            loader.len(),
-            loader.decode_threads(),
-            a.batch_size,
-            imagefeed::decoder_info(),
-            imagefeed::tools::bench::simd_kernels()
-        );
-    }
-    // The state records the source's and the ordering settings' fingerprints: the loader
-    // refuses it if either differs. Several states must describe one step.
-    let resume: Option<LoaderState> = if a.resume_from.is_empty() {
-        None
-    } else {
-        let states = a
-            .resume_from
-            .iter()
-            .map(|p| read_state(p))
-            .collect::<Result<Vec<_>, _>>()?;
-        Some(LoaderState::agree(&states)?)
-    };
-    let mut indices_out = match &a.indices_out {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
-        )),
-        None => None,
-    };
-    let mut fields_out = match &a.fields_out {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
-        )),
-        None => None,
-    };
-    let first_epoch = resume.map_or(0, |s| s.epoch);
-    // A resumed epoch is always finished, whatever --epochs says.
-    let count = match resume {
-        Some(_) => a.epochs.saturating_sub(first_epoch).max(1),
-        None => a.epochs,
-    };
-    let mut reports = Vec::new();
-    for epoch in (0..count).map(|i| first_epoch + i) {
+    Ok((builder.build()?, transform_name))
+}
+
+/// Where an epoch writes its delivered indices and fields, if asked.
+struct Outputs<'a> {
+    indices: Option<&'a mut std::io::BufWriter<std::fs::File>>,
+    fields: Option<&'a mut std::io::BufWriter<std::fs::File>>,
+}
+
+/// Runs epoch `epoch` (resuming `resume` where it is that epoch's state): its report, and
+/// whether `--max-batches` stopped it.
+fn run_epoch(
+    a: &BenchArgs,
+    loader: &Loader,
+    epoch: u64,
+    resume: Option<LoaderState>,
+    mut outputs: Outputs<'_>,
+) -> Result<(serde_json::Value, bool), AnyError> {
+    {
         procinfo::reset_peak_rss();
         let bar = if a.json {
             indicatif::ProgressBar::hidden()
@@ -384,7 +444,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             })?;
             // A GPU batch counts once it is in device memory.
             device_wait += imagefeed::tools::gpu::wait_ready(&batch)?;
-            if let Some(out) = indices_out.as_mut() {
+            if let Some(out) = outputs.indices.as_mut() {
                 let mixture = !a.mix.is_empty();
                 for ((i, &copy), s) in batch
                     .indices()
@@ -401,7 +461,7 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
                 }
             }
             field_sizes.add(&batch);
-            if let Some(out) = fields_out.as_mut() {
+            if let Some(out) = outputs.fields.as_mut() {
                 crate::fields::write_lines(out, &batch)?;
             }
             delivered += 1;
@@ -435,7 +495,6 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         let mut report = serde_json::json!({
             "epoch": epoch,
             "stopped": stopped,
-            "open_seconds": open_seconds,
             "images": s.images,
             "skipped": s.skipped,
             "padded": s.padded,
@@ -443,8 +502,6 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "images_per_sec": s.images_per_sec(),
             "peak_rss_bytes": peak,
             "peak_anon_rss_bytes": peak_anon,
-            "memory_budget_bytes": budget.steady(),
-            "memory_budget_worst_case_bytes": budget.worst_case(),
             "decode_threads": s.decode_threads,
             "prefetch": s.prefetch,
             "batches": s.batches,
@@ -461,7 +518,6 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
             "batch_write_seconds": s.batch_write.as_secs_f64(),
             "kernels": imagefeed::tools::bench::simd_kernels(),
             "decoder": imagefeed::decoder_info().to_string(),
-            "transform": transform_name,
         });
         if !a.fields.is_empty() {
             if let Some(r) = report.as_object_mut() {
@@ -471,37 +527,34 @@ pub(crate) fn bench(a: &BenchArgs) -> Result<Vec<serde_json::Value>, AnyError> {
         if let Device::Cuda(n) = loader.device() {
             gpu_report(&mut report, n, &s, device_wait, a.json);
         }
-        if a.json {
-            println!("{report}");
-        } else {
-            // The library's summary; the loader logged each skipped file (one line each) as it
-            // happened, so only their count is repeated here.
-            println!("{s}");
-            let cache_note = if a.cache.is_some() && !s.from_cache && !s.wrote_cache {
-                "; the cache was not used"
-            } else {
-                ""
-            };
-            println!(
-                "  memory: peak RSS {:.1} MB (anonymous {:.1} MB), steady budget {:.1} MB (worst case {:.1} MB){cache_note}",
-                mb(peak),
-                mb(peak_anon),
-                mb(budget.steady()),
-                mb(budget.worst_case()),
-            );
-        }
-        reports.push(report);
-        if stopped {
-            break;
-        }
+        Ok((report, stopped))
     }
-    if let Some(out) = indices_out.as_mut() {
-        out.flush()?;
-    }
-    if let Some(out) = fields_out.as_mut() {
-        out.flush()?;
-    }
-    Ok(reports)
+}
+
+/// Prints an epoch's summary without `--json`: the library's, and the memory figures. The
+/// loader logged each skipped file (one line each) as it happened, so only their count is
+/// repeated here.
+fn print_summary(
+    a: &BenchArgs,
+    loader: &Loader,
+    report: &serde_json::Value,
+    budget: imagefeed::MemoryBudget,
+) {
+    let s = loader.stats();
+    println!("{s}");
+    let cache_note = if a.cache.is_some() && !s.from_cache && !s.wrote_cache {
+        "; the cache was not used"
+    } else {
+        ""
+    };
+    let bytes = |k: &str| report[k].as_u64().unwrap_or(0);
+    println!(
+        "  memory: peak RSS {:.1} MB (anonymous {:.1} MB), steady budget {:.1} MB (worst case {:.1} MB){cache_note}",
+        mb(bytes("peak_rss_bytes")),
+        mb(bytes("peak_anon_rss_bytes")),
+        mb(budget.steady()),
+        mb(budget.worst_case()),
+    );
 }
 
 /// Adds the GPU figures of an epoch to its report (and prints them without `--json`): images/s
